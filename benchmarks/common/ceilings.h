@@ -1,0 +1,41 @@
+// fusekit benchmarks: this machine's ceilings, measured in the same run as the operator.
+#ifndef FUSEKIT_BENCHMARKS_COMMON_CEILINGS_H_
+#define FUSEKIT_BENCHMARKS_COMMON_CEILINGS_H_
+
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+
+namespace fusekit::bench {
+
+// Sequential copy bandwidth in bytes per second (bytes read + bytes written), with all worker
+// threads, over buffers far larger than the last-level cache. Median of several copies; measured
+// once per process and cached.
+double copy_bandwidth();
+
+// Peak float32 FMA throughput in FLOP/s (2 per lane per FMA) for the best SIMD target, all worker
+// threads. Measured once per process and cached.
+double fma_peak_flops();
+
+// Adds the copy-bandwidth ceiling and ratio counters to a benchmark that moved `bytes` per
+// iteration: "GB/s", "copy_GB/s", "of_copy".
+void report_bandwidth(benchmark::State &state, double bytes_per_iteration);
+
+// Adds GFLOP/s and the ratio to the FMA peak: "GFLOP/s", "peak_GFLOP/s", "of_peak".
+void report_flops(benchmark::State &state, double flops_per_iteration);
+
+// A buffer from aclrtMalloc (HUGE_FIRST): what the seed programs hand the operators.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  template <typename T>
+  T *as() const { return static_cast<T *>(ptr); }
+  void *ptr = nullptr;
+  size_t size = 0;
+};
+
+}  // namespace fusekit::bench
+
+#endif  // FUSEKIT_BENCHMARKS_COMMON_CEILINGS_H_

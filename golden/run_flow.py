@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The single-operator golden flow: generate inputs and golden outputs with NumPy, run the operator
+from its executable (aclnn API, .bin files), verify with the operator's rule, write a summary.
+
+    python3 golden/run_flow.py lazy_adam --build build --out out/lazy_adam [--size small]
+
+Exits non-zero when any output fails (unlike Rec SDK's verifier)."""
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from golden.common import read_params  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("op")
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--size", default="seed")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    out = args.out or os.path.join("out", args.op)
+    mod = importlib.import_module(f"golden.{args.op}")
+    os.makedirs(os.path.join(out, "output"), exist_ok=True)
+
+    t0 = time.time()
+    mod.generate(out, size=args.size, seed=args.seed)
+    gen_s = time.time() - t0
+    runner = os.path.join(args.build, "tools", f"run_{args.op}")
+    proc = subprocess.run([runner, out], text=True, capture_output=True)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        print(f"[FAIL] {args.op}: {runner} exited with {proc.returncode}")
+        write_summary(out, args.op, False, {}, [])
+        return 1
+    stats = read_params(os.path.join(out, "run_stats.txt"))
+    results = mod.verify(out)
+    ok = all(r[1] for r in results)
+    for name, passed, detail in results:
+        print(f"[{'PASS' if passed else 'FAIL'}] {args.op} {name}: {detail}")
+    print(f"[INFO] {args.op}: golden generated in {gen_s:.1f} s")
+    write_summary(out, args.op, ok, stats, results)
+    return 0 if ok else 1
+
+
+def write_summary(out, op, ok, stats, results):
+    outputs = " ".join(f"{n}:{'pass' if p else 'FAIL'}" for n, p, _ in results) or "-"
+    line = (f"{op:<20} {'PASS' if ok else 'FAIL':<5} {stats.get('shape', '-'):<36} "
+            f"{stats.get('time_ms', '-'):>10} ms {stats.get('rate', '-'):>18}  {outputs}")
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

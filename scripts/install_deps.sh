@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything fusekit needs on a fresh Debian 12 machine. Safe to run any number of times:
+# it installs only what is missing.
+set -euo pipefail
+
+apt_packages=(build-essential cmake ninja-build libhwy-dev libgtest-dev libgmock-dev googletest
+              libbenchmark-dev python3)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[deps] installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# NumPy for the golden scripts, into whichever python3 is first on PATH.
+if ! python3 -c "import numpy" 2>/dev/null; then
+  echo "[deps] installing numpy from PyPI"
+  python3 -m pip install --quiet numpy 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages numpy
+fi

@@ -1,0 +1,83 @@
+// aclnnLazyAdam: the aclnn face over fusekit::LazyAdam.
+#include "aclnnop/aclnn_lazy_adam.h"
+
+#include <cmath>
+#include <memory>
+
+#include "common/str_cat.h"
+#include "fusekit/lazy_adam.h"
+#include "runtime/acl_tensor.h"
+#include "runtime/executor.h"
+
+namespace fusekit {
+namespace {
+
+constexpr const char *kOp = "aclnnLazyAdam";
+
+// The C++ API names itself "LazyAdam"; on this path messages carry the aclnn name.
+Status renamed(Status s) {
+  if (s.ok() || s.message().rfind("LazyAdam:", 0) != 0) return s;
+  return Status(s.code(), std::string("aclnn") + s.message());
+}
+
+class LazyAdamExecutor final : public aclOpExecutor {
+ public:
+  LazyAdamExecutor(const LazyAdam &plan, const TensorView &lr) : aclOpExecutor(kOp), plan_(plan), lr_(lr) {}
+  uint64_t workspace_size() const override { return plan_.workspace_size(); }
+  Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
+    const float lr = *lr_.as<const float>();  // read when phase two runs
+    LazyAdamStats stats;
+    Status st = renamed(plan_.run(lr, workspace, workspace_size, &stats));
+    if (st.ok() && stats.rows_skipped_nonfinite > 0) {
+      *warning = str_cat(kOp, ": warning: ", stats.rows_skipped_nonfinite,
+                         " rows were left unchanged because their gradient is not finite");
+    }
+    return st;
+  }
+
+ private:
+  LazyAdam plan_;
+  TensorView lr_;
+};
+
+}  // namespace
+}  // namespace fusekit
+
+using namespace fusekit;
+
+extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(const aclTensor *gradient, const aclTensor *indices,
+                                                     const aclTensor *inputM, const aclTensor *inputV,
+                                                     const aclTensor *inputVar, const aclTensor *lr,
+                                                     double beta1, double beta2, double epsilon,
+                                                     uint64_t *workspaceSize, aclOpExecutor **executor) {
+  TensorView g, i, m, v, var, l;
+  Status st = view_of(gradient, kOp, "gradient", &g);
+  if (st.ok()) st = view_of(indices, kOp, "indices", &i);
+  if (st.ok()) st = view_of(inputM, kOp, "inputM", &m);
+  if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
+  if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
+  if (st.ok()) st = view_of(lr, kOp, "lr", &l);
+  if (st.ok() && workspaceSize == nullptr) st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+  if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+  if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
+    st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ", dtype_name(l.dtype), " ",
+                                 l.shape_string()));
+  }
+  if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
+  LazyAdam plan;
+  if (st.ok()) {
+    LazyAdamOptions options;
+    options.beta1 = beta1;
+    options.beta2 = beta2;
+    options.epsilon = epsilon;
+    st = renamed(LazyAdam::plan(g, i, m, v, var, options, &plan));
+  }
+  std::unique_ptr<aclOpExecutor> ex;
+  if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, l);
+  return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+}
+
+extern "C" aclnnStatus aclnnLazyAdam(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                     aclrtStream stream) {
+  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+}

@@ -1,0 +1,43 @@
+// fusekit internal: LazyAdam's kernels. A kernel is a pure function: it neither allocates nor
+// reports errors; the plan has checked everything before it runs.
+#ifndef FUSEKIT_LAZY_ADAM_LAZY_ADAM_KERNELS_H_
+#define FUSEKIT_LAZY_ADAM_LAZY_ADAM_KERNELS_H_
+
+#include <cstdint>
+
+namespace fusekit {
+
+struct LazyAdamRowsArgs {
+  const float *grad;
+  int64_t grad_stride;  // elements between gradient rows
+  float *m;
+  int64_t m_stride;
+  float *v;
+  int64_t v_stride;
+  float *var;
+  int64_t var_stride;
+  int64_t dim;
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon, neg_lr;
+  // (row << 32 | position) for every non-padding index, sorted by row; equal rows keep their
+  // positions in ascending order (order of occurrence).
+  const uint64_t *entries;
+};
+
+// Updates the rows named by entries[begin, end), where begin and end are boundaries between rows.
+// `scratch` holds dim floats (the sum of a duplicated row's gradients). Returns the number of rows
+// skipped because their summed gradient is not finite.
+using LazyAdamRowsFn = int64_t (*)(const LazyAdamRowsArgs &args, int64_t begin, int64_t end,
+                                   float *scratch);
+
+// The plain scalar kernel: the fallback and the test oracle's twin.
+int64_t lazy_adam_rows_reference(const LazyAdamRowsArgs &args, int64_t begin, int64_t end,
+                                 float *scratch);
+
+// The Highway kernel for the best instruction set of this CPU (chosen once, at first call).
+LazyAdamRowsFn lazy_adam_rows_optimized();
+// The name of the instruction set lazy_adam_rows_optimized() runs ("AVX2", "AVX3", ...).
+const char *lazy_adam_optimized_target();
+
+}  // namespace fusekit
+
+#endif  // FUSEKIT_LAZY_ADAM_LAZY_ADAM_KERNELS_H_

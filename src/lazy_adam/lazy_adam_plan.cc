@@ -1,0 +1,268 @@
+// LazyAdam, the C++ API: phase one validates and plans; phase two checks the data, groups the
+// indices by row (a stable radix sort in the workspace: duplicates become neighbours, in order of
+// occurrence, and the table is then walked in ascending row order) and runs the kernel over
+// threads, each thread owning whole rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "common/parallel.h"
+#include "common/radix_sort.h"
+#include "common/str_cat.h"
+#include "fusekit/lazy_adam.h"
+#include "fusekit/threading.h"
+#include "lazy_adam/lazy_adam_kernels.h"
+
+namespace fusekit {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr const char *kOp = "LazyAdam";
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The workspace: entries and their sort buffer, the sort's histograms, one gradient row of
+// scratch per thread.
+struct WorkspaceLayout {
+  size_t entries = 0, entries_tmp = 0, hist = 0, scratch = 0, scratch_per_thread = 0, total = 0;
+};
+
+WorkspaceLayout layout_for(int64_t n, int64_t d, int threads) {
+  WorkspaceLayout w;
+  size_t off = 0;
+  w.entries = off;
+  off += align_up(static_cast<size_t>(n) * sizeof(uint64_t));
+  w.entries_tmp = off;
+  off += align_up(static_cast<size_t>(n) * sizeof(uint64_t));
+  w.hist = off;
+  off += align_up(radix_sort_scratch_bytes(threads));
+  w.scratch = off;
+  w.scratch_per_thread = align_up(static_cast<size_t>(std::max<int64_t>(d, 1)) * sizeof(float));
+  off += w.scratch_per_thread * static_cast<size_t>(threads);
+  w.total = off + kAlign;  // room to align the caller's pointer
+  return w;
+}
+
+Status check_float_table(const TensorView &t, const char *name) {
+  if (t.dtype != DType::kFloat32) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t.dtype),
+                                   "; only float32 is supported"));
+  }
+  if (t.ndim != 2) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " must be 2-D, got shape ", t.shape_string()));
+  }
+  if (!t.inner_contiguous()) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " must have a contiguous last dimension, got strides [",
+                                   t.strides[0], ", ", t.strides[1], "]"));
+  }
+  if (t.strides[0] < 0) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
+  }
+  int64_t extent = 0;
+  if (__builtin_mul_overflow(t.shape[0], std::max<int64_t>(t.strides[0], t.shape[1]), &extent)) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+  }
+  if (t.data == nullptr && t.numel() > 0) {
+    return Status::NullPointer(str_cat(kOp, ": ", name, " has no data"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, const TensorView &m,
+                      const TensorView &v, const TensorView &var, const LazyAdamOptions &options,
+                      LazyAdam *out) {
+  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_table(gradient, "gradient"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_table(m, "inputM"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_table(v, "inputV"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_table(var, "inputVar"));
+  if (indices.dtype != DType::kInt32 && indices.dtype != DType::kInt64) {
+    return Status::Invalid(str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype),
+                                   "; int32 or int64 is required"));
+  }
+  if (!(indices.ndim == 1 || (indices.ndim == 2 && indices.shape[1] == 1))) {
+    return Status::Invalid(str_cat(kOp, ": indices must have shape [N] or [N, 1], got ", indices.shape_string()));
+  }
+  const int64_t n = indices.shape[0];
+  if (gradient.shape[0] != n) {
+    return Status::Invalid(str_cat(kOp, ": gradient has ", gradient.shape[0], " rows but indices has ", n,
+                                   " entries (gradient ", gradient.shape_string(), ", indices ",
+                                   indices.shape_string(), ")"));
+  }
+  if (m.shape[0] != v.shape[0] || m.shape[0] != var.shape[0] || m.shape[1] != v.shape[1] ||
+      m.shape[1] != var.shape[1]) {
+    return Status::Invalid(str_cat(kOp, ": inputM ", m.shape_string(), ", inputV ", v.shape_string(),
+                                   " and inputVar ", var.shape_string(), " must have the same shape"));
+  }
+  if (gradient.shape[1] != m.shape[1]) {
+    return Status::Invalid(str_cat(kOp, ": gradient has ", gradient.shape[1], " columns but the table has ",
+                                   m.shape[1], " (gradient ", gradient.shape_string(), ", inputM ",
+                                   m.shape_string(), ")"));
+  }
+  if (indices.data == nullptr && n > 0) return Status::NullPointer(str_cat(kOp, ": indices has no data"));
+  const int64_t rows = m.shape[0];
+  if (n > int64_t{std::numeric_limits<uint32_t>::max()} ||
+      rows >= int64_t{std::numeric_limits<uint32_t>::max()}) {
+    return Status::Invalid(str_cat(kOp, ": ", n, " indices into ", rows,
+                                   " rows exceeds this implementation's limit of 2^32 - 1 of each"));
+  }
+  if (!(options.beta1 >= 0.0 && options.beta1 < 1.0)) {
+    return Status::Invalid(str_cat(kOp, ": beta1 = ", options.beta1, " must be in [0, 1)"));
+  }
+  if (!(options.beta2 >= 0.0 && options.beta2 < 1.0)) {
+    return Status::Invalid(str_cat(kOp, ": beta2 = ", options.beta2, " must be in [0, 1)"));
+  }
+  if (!(std::isfinite(options.epsilon) && options.epsilon > 0.0 &&
+        static_cast<float>(options.epsilon) > 0.0f && std::isfinite(static_cast<float>(options.epsilon)))) {
+    return Status::Invalid(str_cat(kOp, ": epsilon = ", options.epsilon,
+                                   " must be finite and > 0 in float32"));
+  }
+  // The tables are updated in place: they must not share memory with each other or the inputs.
+  const std::pair<const TensorView *, const char *> tables[] = {{&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}};
+  for (size_t i = 0; i < 3; ++i) {
+    for (size_t j = i + 1; j < 3; ++j) {
+      if (tables[i].first->overlaps(*tables[j].first)) {
+        return Status::Invalid(str_cat(kOp, ": ", tables[i].second, " and ", tables[j].second, " overlap in memory"));
+      }
+    }
+    if (tables[i].first->overlaps(gradient)) {
+      return Status::Invalid(str_cat(kOp, ": gradient and ", tables[i].second, " overlap in memory"));
+    }
+    if (tables[i].first->overlaps(indices)) {
+      return Status::Invalid(str_cat(kOp, ": indices and ", tables[i].second, " overlap in memory"));
+    }
+  }
+
+  LazyAdam p;
+  p.gradient_ = gradient;
+  p.indices_ = indices;
+  p.m_ = m;
+  p.v_ = v;
+  p.var_ = var;
+  p.n_ = n;
+  p.d_ = m.shape[1];
+  p.r_ = rows;
+  p.index_stride_ = indices.strides[0];
+  p.beta1_ = static_cast<float>(options.beta1);
+  p.beta2_ = static_cast<float>(options.beta2);
+  p.epsilon_ = static_cast<float>(options.epsilon);
+  p.kernel_ = options.kernel;
+  p.threads_ = options.num_threads > 0 ? options.num_threads : num_threads();
+  p.workspace_bytes_ = n == 0 ? 0 : layout_for(n, p.d_, p.threads_).total;
+  *out = p;
+  return Status::Ok();
+}
+
+Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamStats *stats) const {
+  LazyAdamStats local;
+  LazyAdamStats &st = stats != nullptr ? *stats : local;
+  st = LazyAdamStats();
+  if (!std::isfinite(lr)) return Status::Invalid(str_cat(kOp, ": lr = ", lr, " is not finite"));
+  if (n_ == 0) return Status::Ok();
+  if (workspace_size < workspace_bytes_) {
+    return Status::Invalid(str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_,
+                                   " needed"));
+  }
+  if (workspace == nullptr) return Status::NullPointer(str_cat(kOp, ": workspace is null"));
+  const WorkspaceLayout w = layout_for(n_, d_, threads_);
+  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+  auto *entries = reinterpret_cast<uint64_t *>(base + w.entries);
+  auto *entries_tmp = reinterpret_cast<uint64_t *>(base + w.entries_tmp);
+  auto *hist = reinterpret_cast<uint64_t *>(base + w.hist);
+
+  // Check every index and build (row << 32 | position); padding sorts last as row R.
+  const int64_t n = n_, rows = r_, stride = index_stride_;
+  const bool wide = indices_.dtype == DType::kInt64;
+  const void *idx = indices_.data;
+  int64_t first_bad = n, padding = 0;
+  const int nt_pack = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, n >> 15)));
+#pragma omp parallel for num_threads(nt_pack) schedule(static) reduction(min : first_bad) reduction(+ : padding)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = wide ? static_cast<const int64_t *>(idx)[i * stride]
+                           : static_cast<const int32_t *>(idx)[i * stride];
+    uint64_t key_row;
+    if (r < 0) {
+      key_row = static_cast<uint64_t>(rows);
+      ++padding;
+    } else if (r >= rows) {
+      key_row = static_cast<uint64_t>(rows);
+      first_bad = std::min(first_bad, i);
+    } else {
+      key_row = static_cast<uint64_t>(r);
+    }
+    entries[i] = (key_row << 32) | static_cast<uint64_t>(i);
+  }
+  if (first_bad < n) {
+    const int64_t value = wide ? static_cast<const int64_t *>(idx)[first_bad * stride]
+                               : static_cast<const int32_t *>(idx)[first_bad * stride];
+    return Status::Invalid(str_cat(kOp, ": indices[", first_bad, "] = ", value, " but the table has ", rows,
+                                   " rows; nothing was modified"));
+  }
+  const uint64_t *sorted =
+      radix_sort_u64(entries, entries_tmp, n, 32, bits_for(static_cast<uint64_t>(rows)), hist, threads_);
+  const int64_t valid = n - padding;
+  st.indices_padding = padding;
+
+  LazyAdamRowsArgs args;
+  args.grad = gradient_.as<const float>();
+  args.grad_stride = gradient_.strides[0];
+  args.m = m_.as<float>();
+  args.m_stride = m_.strides[0];
+  args.v = v_.as<float>();
+  args.v_stride = v_.strides[0];
+  args.var = var_.as<float>();
+  args.var_stride = var_.strides[0];
+  args.dim = d_;
+  args.beta1 = beta1_;
+  args.beta2 = beta2_;
+  args.one_minus_beta1 = 1.0f - beta1_;
+  args.one_minus_beta2 = 1.0f - beta2_;
+  args.epsilon = epsilon_;
+  args.neg_lr = -lr;
+  args.entries = sorted;
+  const LazyAdamRowsFn kernel =
+      kernel_ == KernelChoice::kReference ? &lazy_adam_rows_reference : lazy_adam_rows_optimized();
+
+  // Split the entries over threads at row boundaries; each thread owns whole rows.
+  const int nt = static_cast<int>(std::clamp<int64_t>(threads_, 1, std::max<int64_t>(1, valid / 64)));
+  int64_t skipped = 0, distinct = 0;
+  char *scratch_base = base + w.scratch;
+#pragma omp parallel num_threads(nt) reduction(+ : skipped, distinct)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    auto boundary = [&](int64_t k) {  // first row start at or after k
+      while (k > 0 && k < valid && (sorted[k] >> 32) == (sorted[k - 1] >> 32)) ++k;
+      return std::min(k, valid);
+    };
+    const int64_t b = boundary(valid * t / team), e = boundary(valid * (t + 1) / team);
+    if (b < e) {
+      for (int64_t k = b; k < e; ++k) distinct += (k == b || (sorted[k] >> 32) != (sorted[k - 1] >> 32)) ? 1 : 0;
+      skipped += kernel(args, b, e, reinterpret_cast<float *>(scratch_base + w.scratch_per_thread * static_cast<size_t>(t)));
+    }
+  }
+  st.rows_skipped_nonfinite = skipped;
+  st.rows_updated = distinct - skipped;
+  return Status::Ok();
+}
+
+Status lazy_adam_step(const TensorView &gradient, const TensorView &indices, const TensorView &m,
+                      const TensorView &v, const TensorView &var, float lr,
+                      const LazyAdamOptions &options, LazyAdamStats *stats) {
+  LazyAdam plan;
+  FUSEKIT_RETURN_IF_ERROR(LazyAdam::plan(gradient, indices, m, v, var, options, &plan));
+  std::unique_ptr<char[]> workspace;
+  if (plan.workspace_size() > 0) {
+    workspace.reset(new (std::nothrow) char[plan.workspace_size()]);
+    if (!workspace) {
+      return Status::Runtime(str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
+    }
+  }
+  return plan.run(lr, workspace.get(), plan.workspace_size(), stats);
+}
+
+}  // namespace fusekit

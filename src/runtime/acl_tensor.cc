@@ -1,0 +1,126 @@
+#include "runtime/acl_tensor.h"
+
+#include <limits>
+
+#include "common/last_message.h"
+#include "common/str_cat.h"
+
+namespace fusekit {
+
+DType dtype_from_acl(aclDataType t) {
+  switch (t) {
+    case ACL_FLOAT: return DType::kFloat32;
+    case ACL_FLOAT16: return DType::kFloat16;
+    case ACL_BF16: return DType::kBFloat16;
+    case ACL_INT32: return DType::kInt32;
+    case ACL_INT64: return DType::kInt64;
+    case ACL_UINT8: return DType::kUInt8;
+    default: return DType::kOther;
+  }
+}
+
+Status view_of(const aclTensor *t, const char *op, const char *arg, TensorView *out, bool optional) {
+  *out = TensorView();
+  if (t == nullptr) {
+    if (optional) return Status::Ok();
+    return Status::NullPointer(str_cat(op, ": ", arg, " is null"));
+  }
+  if (t->magic != aclTensor::kMagic) {
+    return Status::Invalid(str_cat(op, ": ", arg, " is not a live aclTensor"));
+  }
+  if (t->format != ACL_FORMAT_ND && t->format != ACL_FORMAT_NCHW && t->format != ACL_FORMAT_NHWC) {
+    return Status::Invalid(str_cat(op, ": ", arg, " has format ", static_cast<int>(t->format),
+                                   "; only ND (2) is supported"));
+  }
+  *out = t->view;
+  return Status::Ok();
+}
+
+}  // namespace fusekit
+
+using fusekit::set_last_message;
+using fusekit::str_cat;
+
+extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum,
+                                      aclDataType dataType, const int64_t *stride, int64_t offset,
+                                      aclFormat format, const int64_t *storageDims,
+                                      uint64_t storageDimsNum, void *tensorData) {
+  constexpr int kMax = fusekit::TensorView::kMaxDims;
+  if (viewDimsNum > static_cast<uint64_t>(kMax) || storageDimsNum > static_cast<uint64_t>(kMax)) {
+    set_last_message(str_cat("aclCreateTensor: viewDimsNum = ", viewDimsNum, ", storageDimsNum = ",
+                             storageDimsNum, " (at most ", kMax, ")"));
+    return nullptr;
+  }
+  if (viewDimsNum > 0 && viewDims == nullptr) {
+    set_last_message("aclCreateTensor: viewDims is null");
+    return nullptr;
+  }
+  if (offset < 0) {
+    set_last_message(str_cat("aclCreateTensor: offset = ", offset, " is negative"));
+    return nullptr;
+  }
+  const fusekit::DType dt = fusekit::dtype_from_acl(dataType);
+  auto *t = new aclTensor();
+  t->acl_dtype = dataType;
+  t->format = format;
+  t->offset = offset;
+  t->storage = tensorData;
+  t->storage_ndim = static_cast<int>(storageDimsNum);
+  int64_t storage_elems = 1;
+  bool overflow = false;
+  for (uint64_t i = 0; i < storageDimsNum && storageDims != nullptr; ++i) {
+    t->storage_shape[i] = storageDims[i];
+    if (storageDims[i] < 0 ||
+        __builtin_mul_overflow(storage_elems, storageDims[i], &storage_elems)) {
+      overflow = true;
+    }
+  }
+  fusekit::TensorView &v = t->view;
+  v.dtype = dt;
+  v.ndim = static_cast<int>(viewDimsNum);
+  int64_t contiguous_stride = 1;
+  int64_t max_reach = 0;
+  bool empty = false;
+  for (int i = v.ndim - 1; i >= 0; --i) {
+    if (viewDims[i] < 0) overflow = true;
+    v.shape[i] = viewDims[i];
+    v.strides[i] = stride != nullptr ? stride[i] : contiguous_stride;
+    if (v.strides[i] < 0) overflow = true;  // negative strides are not part of this API
+    if (viewDims[i] == 0) empty = true;
+    int64_t reach = 0;
+    if (viewDims[i] > 0 && (__builtin_mul_overflow(viewDims[i] - 1, v.strides[i], &reach) ||
+                            __builtin_add_overflow(max_reach, reach, &max_reach))) {
+      overflow = true;
+    }
+    if (__builtin_mul_overflow(contiguous_stride, viewDims[i] > 0 ? viewDims[i] : 1,
+                               &contiguous_stride)) {
+      overflow = true;
+    }
+  }
+  if (overflow) {
+    set_last_message("aclCreateTensor: negative or overflowing sizes or strides");
+    delete t;
+    return nullptr;
+  }
+  if (storageDims != nullptr && storageDimsNum > 0 && !empty && offset + max_reach >= storage_elems) {
+    set_last_message(str_cat("aclCreateTensor: the view (offset ", offset, ", last element ",
+                             offset + max_reach, ") reaches past its storage of ", storage_elems,
+                             " elements"));
+    delete t;
+    return nullptr;
+  }
+  const size_t esize = fusekit::dtype_size(dt) != 0 ? fusekit::dtype_size(dt) : 1;
+  v.data = tensorData == nullptr ? nullptr : static_cast<char *>(tensorData) + offset * static_cast<int64_t>(esize);
+  return t;
+}
+
+extern "C" aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
+  if (tensor == nullptr) return ACLNN_SUCCESS;
+  if (tensor->magic != aclTensor::kMagic) {
+    set_last_message("aclDestroyTensor: not a live aclTensor");
+    return ACLNN_ERR_PARAM_INVALID;
+  }
+  const_cast<aclTensor *>(tensor)->magic = 0;
+  delete tensor;
+  return ACLNN_SUCCESS;
+}

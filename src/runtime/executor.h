@@ -1,0 +1,47 @@
+// fusekit internal: the executor that phase one returns and phase two consumes, and the two
+// helpers every aclnn entry point is written with.
+//
+//   aclnnXxxGetWorkspaceSize(...)  -> validate + plan (C++ API), then finish_phase_one(...)
+//   aclnnXxx(ws, size, ex, stream) -> run_phase_two(...)
+#ifndef FUSEKIT_RUNTIME_EXECUTOR_H_
+#define FUSEKIT_RUNTIME_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "aclnn/acl_meta.h"
+#include "fusekit/status.h"
+
+struct aclOpExecutor {
+  static constexpr uint32_t kMagic = 0xe8ec0707u;
+  explicit aclOpExecutor(const char *op) : op_name(op) {}
+  virtual ~aclOpExecutor() { magic = 0; }
+  aclOpExecutor(const aclOpExecutor &) = delete;
+  aclOpExecutor &operator=(const aclOpExecutor &) = delete;
+
+  virtual uint64_t workspace_size() const = 0;
+  // Runs the plan. A non-empty *warning is recorded for aclGetRecentErrMsg on success.
+  virtual fusekit::Status execute(void *workspace, uint64_t workspace_size, std::string *warning) = 0;
+
+  uint32_t magic = kMagic;
+  const char *op_name;
+};
+
+namespace fusekit {
+
+// Records the message of a failed status and returns its aclnn code.
+aclnnStatus report(const Status &status);
+
+// Ends phase one: on success hands the executor and its workspace size to the caller.
+aclnnStatus finish_phase_one(const char *op, const Status &status,
+                             std::unique_ptr<aclOpExecutor> executor, uint64_t *workspace_size,
+                             aclOpExecutor **out);
+
+// Phase two: checks the workspace and stream, runs the executor and frees it (on failure too).
+aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
+                          aclOpExecutor *executor, aclrtStream stream);
+
+}  // namespace fusekit
+
+#endif  // FUSEKIT_RUNTIME_EXECUTOR_H_

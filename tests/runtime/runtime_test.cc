@@ -1,0 +1,151 @@
+// The ACL runtime face: memory, copies, streams, tensors, messages.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_lazy_adam.h"
+
+namespace {
+
+TEST(Runtime, InitDeviceAndFinalize) {
+  EXPECT_EQ(aclInit(nullptr), ACL_SUCCESS);
+  EXPECT_EQ(aclrtSetDevice(0), ACL_SUCCESS);
+  EXPECT_NE(aclrtSetDevice(3), ACL_SUCCESS);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("deviceId = 3"), std::string::npos);
+  EXPECT_EQ(aclrtResetDevice(0), ACL_SUCCESS);
+  EXPECT_EQ(aclFinalize(), ACL_SUCCESS);
+}
+
+TEST(Runtime, StreamsWorkAsUniquePtrs) {
+  using StreamPtr = std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
+  aclrtStream raw = nullptr;
+  ASSERT_EQ(aclrtCreateStream(&raw), ACL_SUCCESS);
+  ASSERT_NE(raw, nullptr);
+  StreamPtr stream(raw, &aclrtDestroyStream);
+  EXPECT_EQ(aclrtSynchronizeStream(stream.get()), ACL_SUCCESS);
+  EXPECT_EQ(aclrtSynchronizeStreamWithTimeout(stream.get(), 1000), ACL_SUCCESS);
+  EXPECT_EQ(aclrtSynchronizeStreamWithTimeout(stream.get(), -1), ACL_SUCCESS);
+  EXPECT_NE(aclrtSynchronizeStreamWithTimeout(stream.get(), -7), ACL_SUCCESS);
+  EXPECT_EQ(aclrtSynchronizeStream(nullptr), ACL_SUCCESS);  // the default stream
+  EXPECT_NE(aclrtCreateStream(nullptr), ACL_SUCCESS);
+}
+
+TEST(Runtime, DestroyedStreamIsRefused) {
+  aclrtStream s = nullptr;
+  ASSERT_EQ(aclrtCreateStream(&s), ACL_SUCCESS);
+  ASSERT_EQ(aclrtDestroyStream(s), ACL_SUCCESS);
+  EXPECT_NE(aclrtSynchronizeStream(s), ACL_SUCCESS);
+  EXPECT_NE(aclrtDestroyStream(s), ACL_SUCCESS);
+}
+
+// True when /proc/self/smaps marks the mapping holding p with the "hg" (MADV_HUGEPAGE) flag.
+bool mapping_has_hugepage_advice(const void *p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      inside = addr >= lo && addr < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line.find(" hg") != std::string::npos;
+    }
+  }
+  return false;
+}
+
+TEST(Runtime, HugeFirstAsksForTransparentHugePages) {
+  void *big = nullptr;
+  ASSERT_EQ(aclrtMalloc(&big, size_t{8} << 20, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % (size_t{2} << 20), 0u);
+  EXPECT_TRUE(mapping_has_hugepage_advice(big));
+  std::memset(big, 0x5a, size_t{8} << 20);  // the whole block is usable
+  EXPECT_EQ(aclrtFree(big), ACL_SUCCESS);
+
+  void *normal = nullptr;
+  ASSERT_EQ(aclrtMalloc(&normal, 1000, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(normal) % 64, 0u);
+  EXPECT_EQ(aclrtFree(normal), ACL_SUCCESS);
+}
+
+TEST(Runtime, MallocRefusals) {
+  void *p = reinterpret_cast<void *>(0x1);
+  EXPECT_NE(aclrtMalloc(&p, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(aclrtMalloc(nullptr, 64, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  EXPECT_NE(aclrtMalloc(&p, 64, static_cast<aclrtMemMallocPolicy>(9)), ACL_SUCCESS);
+  EXPECT_NE(aclrtFree(nullptr), ACL_SUCCESS);
+  void *h = nullptr;
+  ASSERT_EQ(aclrtMallocHost(&h, 100), ACL_SUCCESS);
+  EXPECT_EQ(aclrtFreeHost(h), ACL_SUCCESS);
+}
+
+TEST(Runtime, MemcpyAllFourKindsAndLimits) {
+  std::vector<uint8_t> src(300), dst(300, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (auto kind : {ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST,
+                    ACL_MEMCPY_DEVICE_TO_DEVICE}) {
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_EQ(aclrtMemcpy(dst.data(), dst.size(), src.data(), src.size(), kind), ACL_SUCCESS);
+    EXPECT_EQ(dst, src);
+  }
+  std::fill(dst.begin(), dst.end(), 0xee);
+  EXPECT_NE(aclrtMemcpy(dst.data(), 10, src.data(), 11, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("destMax = 10"), std::string::npos);
+  EXPECT_EQ(dst[0], 0xee);  // nothing copied on failure
+  EXPECT_NE(aclrtMemcpy(dst.data(), 10, src.data(), 1, static_cast<aclrtMemcpyKind>(42)), ACL_SUCCESS);
+}
+
+TEST(Runtime, MessagesAreThreadLocal) {
+  EXPECT_NE(aclrtSetDevice(5), ACL_SUCCESS);
+  std::string other;
+  std::thread t([&] {
+    EXPECT_NE(aclrtSetDevice(6), ACL_SUCCESS);
+    other = aclGetRecentErrMsg();
+  });
+  t.join();
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("deviceId = 5"), std::string::npos);
+  EXPECT_NE(other.find("deviceId = 6"), std::string::npos);
+}
+
+TEST(Tensor, CreateContiguousAndStrided) {
+  std::vector<float> storage(4 * 10, 0.f);
+  const int64_t dims[2] = {4, 8}, strides[2] = {10, 1}, sdims[2] = {4, 10};
+  aclTensor *t = aclCreateTensor(dims, 2, ACL_FLOAT, strides, 1, ACL_FORMAT_ND, sdims, 2, storage.data());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(aclDestroyTensor(t), ACLNN_SUCCESS);
+  aclTensor *c = aclCreateTensor(dims, 2, aclDataType::ACL_FLOAT, nullptr, 0, aclFormat::ACL_FORMAT_ND, dims, 2, storage.data());
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(aclDestroyTensor(c), ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyTensor(nullptr), ACLNN_SUCCESS);
+}
+
+TEST(Tensor, RefusesViewsOutsideTheirStorage) {
+  std::vector<float> storage(40, 0.f);
+  const int64_t dims[2] = {4, 8}, strides[2] = {10, 1}, sdims[2] = {4, 10};
+  // Offset 3 puts the last element at 3 + 30 + 7 = 40: one past the storage.
+  EXPECT_EQ(aclCreateTensor(dims, 2, ACL_FLOAT, strides, 3, ACL_FORMAT_ND, sdims, 2, storage.data()), nullptr);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("past its storage"), std::string::npos);
+  const int64_t neg[2] = {-1, 8};
+  EXPECT_EQ(aclCreateTensor(neg, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, sdims, 2, storage.data()), nullptr);
+  const int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(aclCreateTensor(nine, 9, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, nine, 9, storage.data()), nullptr);
+  EXPECT_EQ(aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, -1, ACL_FORMAT_ND, sdims, 2, storage.data()), nullptr);
+}
+
+TEST(Executor, PhaseTwoRefusesNullExecutor) {
+  EXPECT_EQ(aclnnLazyAdam(nullptr, 0, nullptr, nullptr), ACLNN_ERR_PARAM_NULLPTR);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("executor is null"), std::string::npos);
+  EXPECT_EQ(aclDestroyAclOpExecutor(nullptr), ACLNN_SUCCESS);
+}
+
+}  // namespace

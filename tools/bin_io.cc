@@ -1,0 +1,66 @@
+#include "bin_io.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace fusekit::tools {
+
+void die(const std::string &message) {
+  std::fprintf(stderr, "[ERROR] %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::vector<char> read_bin(const std::string &path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) die("cannot open " + path);
+  const auto size = static_cast<size_t>(in.tellg());
+  std::vector<char> data(size);
+  in.seekg(0);
+  if (size > 0 && !in.read(data.data(), static_cast<std::streamsize>(size))) die("cannot read " + path);
+  return data;
+}
+
+void write_bin(const std::string &path, const void *data, size_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !out.write(static_cast<const char *>(data), static_cast<std::streamsize>(bytes))) {
+    die("cannot write " + path);
+  }
+}
+
+Params::Params(const std::string &path) : path_(path) {
+  std::ifstream in(path);
+  if (!in) die("cannot open " + path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r");
+      const auto e = s.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    values_[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+}
+
+std::string Params::str(const std::string &key) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) die(path_ + ": missing key '" + key + "'");
+  return it->second;
+}
+double Params::num(const std::string &key) const { return std::strtod(str(key).c_str(), nullptr); }
+long long Params::integer(const std::string &key) const { return std::strtoll(str(key).c_str(), nullptr, 10); }
+
+void write_stats(const std::string &dir, const std::map<std::string, std::string> &stats) {
+  std::ofstream out(dir + "/run_stats.txt");
+  for (const auto &[k, v] : stats) {
+    out << k << " = " << v << "\n";
+    std::printf("[INFO] %s = %s\n", k.c_str(), v.c_str());
+  }
+}
+
+}  // namespace fusekit::tools

@@ -1,0 +1,95 @@
+// The LazyAdam op runner of the golden flow: reads <dir>/input/*.bin and <dir>/params.txt, runs
+// aclnnLazyAdam on "device" memory from aclrtMalloc(HUGE_FIRST), writes <dir>/output/*.bin.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_lazy_adam.h"
+#include "bin_io.h"
+
+using fusekit::tools::die;
+
+namespace {
+
+struct DeviceTensor {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+  aclTensor *tensor = nullptr;
+};
+
+DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt) {
+  DeviceTensor t;
+  t.bytes = host.size();
+  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(),
+                             shape.size(), t.ptr);
+  if (t.tensor == nullptr) die(aclGetRecentErrMsg());
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) die("usage: run_lazy_adam <dir>");
+  const std::string dir = argv[1];
+  fusekit::tools::Params p(dir + "/params.txt");
+  const int64_t rows = p.integer("rows"), n = p.integer("n"), dim = p.integer("dim");
+  if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
+  aclrtStream stream = nullptr;
+  if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+
+  DeviceTensor grad = upload(fusekit::tools::read_bin(dir + "/input/gradient.bin"), {n, dim}, ACL_FLOAT);
+  DeviceTensor idx = upload(fusekit::tools::read_bin(dir + "/input/indices.bin"), {n}, ACL_INT32);
+  DeviceTensor m = upload(fusekit::tools::read_bin(dir + "/input/inputM.bin"), {rows, dim}, ACL_FLOAT);
+  DeviceTensor v = upload(fusekit::tools::read_bin(dir + "/input/inputV.bin"), {rows, dim}, ACL_FLOAT);
+  DeviceTensor var = upload(fusekit::tools::read_bin(dir + "/input/inputVar.bin"), {rows, dim}, ACL_FLOAT);
+  DeviceTensor lr = upload(fusekit::tools::read_bin(dir + "/input/lr.bin"), {1}, ACL_FLOAT);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t ws_size = 0;
+  aclOpExecutor *executor = nullptr;
+  if (aclnnLazyAdamGetWorkspaceSize(grad.tensor, idx.tensor, m.tensor, v.tensor, var.tensor, lr.tensor,
+                                    p.num("beta1"), p.num("beta2"), p.num("epsilon"), &ws_size,
+                                    &executor) != ACLNN_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  void *ws = nullptr;
+  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  const auto t1 = std::chrono::steady_clock::now();
+  if (aclnnLazyAdam(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
+  if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  const auto t2 = std::chrono::steady_clock::now();
+
+  const double run_s = std::chrono::duration<double>(t2 - t1).count();
+  const double bytes = static_cast<double>(n) * (28.0 * static_cast<double>(dim) + 4.0);
+  for (auto *t : {&m, &v, &var}) {
+    std::vector<char> host(t->bytes);
+    aclrtMemcpy(host.data(), host.size(), t->ptr, t->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+    const char *name = t == &m ? "inputM" : t == &v ? "inputV" : "inputVar";
+    fusekit::tools::write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
+  }
+  char time_ms[32], rate[32], plan_ms[32];
+  std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
+  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", std::chrono::duration<double>(t1 - t0).count() * 1e3);
+  std::snprintf(rate, sizeof rate, "%.2f GB/s", bytes / run_s * 1e-9);
+  fusekit::tools::write_stats(dir, {{"time_ms", time_ms},
+                                    {"phase_one_ms", plan_ms},
+                                    {"rate", rate},
+                                    {"shape", "R=" + std::to_string(rows) + " N=" + std::to_string(n) +
+                                                  " D=" + std::to_string(dim)},
+                                    {"workspace_bytes", std::to_string(ws_size)}});
+  for (auto *t : {&grad, &idx, &m, &v, &var, &lr}) {
+    aclDestroyTensor(t->tensor);
+    aclrtFree(t->ptr);
+  }
+  if (ws != nullptr) aclrtFree(ws);
+  aclrtDestroyStream(stream);
+  aclrtResetDevice(0);
+  aclFinalize();
+  return 0;
+}
