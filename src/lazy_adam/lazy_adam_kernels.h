@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "fusekit/export.h"
+
 namespace fusekit {
 
 struct LazyAdamRowsArgs {
@@ -36,7 +38,7 @@ int64_t lazy_adam_rows_reference(const LazyAdamRowsArgs &args, int64_t begin, in
 // The Highway kernel for the best instruction set of this CPU (chosen once, at first call).
 LazyAdamRowsFn lazy_adam_rows_optimized();
 // The name of the instruction set lazy_adam_rows_optimized() runs ("AVX2", "AVX3", ...).
-const char *lazy_adam_optimized_target();
+FUSEKIT_API const char *lazy_adam_optimized_target();  // exported for the tests
 
 }  // namespace fusekit
 
