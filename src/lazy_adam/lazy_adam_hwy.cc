@@ -62,6 +62,7 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
       g = scratch;
     }
     k = next;
+    if (row >= a.row_limit) continue;  // padding
 
     // Finite check: g * 0 is 0 for finite g and NaN for Inf or NaN.
     auto acc = zero;
@@ -101,7 +102,7 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
   return skipped;
 }
 
-const char *TargetName() { return hwy::TargetName(HWY_TARGET); }
+const char *LazyAdamTargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -109,7 +110,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(LazyAdamRows);
-HWY_EXPORT(TargetName);
+HWY_EXPORT(LazyAdamTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 LazyAdamRowsFn lazy_adam_rows_optimized() {
@@ -118,7 +119,7 @@ LazyAdamRowsFn lazy_adam_rows_optimized() {
 }
 const char *lazy_adam_optimized_target() {
   if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  return HWY_DYNAMIC_DISPATCH(TargetName)();
+  return HWY_DYNAMIC_DISPATCH(LazyAdamTargetName)();
 }
 
 }  // namespace fusekit

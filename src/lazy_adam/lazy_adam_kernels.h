@@ -20,9 +20,10 @@ struct LazyAdamRowsArgs {
   int64_t var_stride;
   int64_t dim;
   float beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon, neg_lr;
-  // (row << 32 | position) for every non-padding index, sorted by row; equal rows keep their
-  // positions in ascending order (order of occurrence).
+  // (row << 32 | position) per index. Entries of one row are neighbours, in order of occurrence
+  // (the plan sorts when a row is named twice); entries with row >= row_limit are padding.
   const uint64_t *entries;
+  uint64_t row_limit;
 };
 
 // Updates the rows named by entries[begin, end), where begin and end are boundaries between rows.

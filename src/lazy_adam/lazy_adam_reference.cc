@@ -22,6 +22,7 @@ int64_t lazy_adam_rows_reference(const LazyAdamRowsArgs &a, int64_t begin, int64
       for (int64_t j = 0; j < a.dim; ++j) scratch[j] = scratch[j] + g[j];
     }
     k = next;
+    if (row >= a.row_limit) continue;  // padding
 
     bool finite = true;
     for (int64_t j = 0; j < a.dim; ++j) finite = finite && std::isfinite(scratch[j]);

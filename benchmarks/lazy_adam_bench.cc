@@ -1,0 +1,158 @@
+// LazyAdam benchmark: GB/s at 28 bytes per element plus the 4-byte index, against two ceilings
+// measured in the same run:
+//   - copy: this machine's sequential copy bandwidth (benchmarks/common/ceilings.h);
+//   - floor: the same indexed rows read and written with no arithmetic (m <- g, v <- m,
+//     var <- max(v, var): the same 28 bytes per element), in the order the indices come, with
+//     the same prefetching and threads. "floor_sorted" is that pattern in ascending row order, the
+//     order fusekit's kernel walks the table in after grouping the indices.
+// Tables come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/ceilings.h"
+#include "fusekit/lazy_adam.h"
+#include "fusekit/threading.h"
+
+namespace {
+
+using fusekit::bench::DeviceBuffer;
+using fusekit::TensorView;
+
+struct Shape {
+  int64_t rows, n, dim;
+};
+
+// The seed's shape (Rec SDK gen_data.py), and the same table bytes at other widths.
+Shape shape_for(int64_t dim) {
+  if (dim <= 32) return {2'000'000, 564'096, dim};
+  const int64_t rows = 2'000'000 * 32 / dim;
+  return {rows, 564'096 * 32 / dim, dim};
+}
+
+void fill_uniform_1_2(float *p, int64_t n, uint64_t seed) {
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
+    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      p[i] = 1.0f + static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+    }
+  }
+}
+
+struct Data {
+  Shape s;
+  DeviceBuffer m, v, var, grad, idx;
+  std::vector<int32_t> sorted_idx;
+  explicit Data(Shape sh)
+      : s(sh),
+        m(static_cast<size_t>(sh.rows * sh.dim) * 4),
+        v(static_cast<size_t>(sh.rows * sh.dim) * 4),
+        var(static_cast<size_t>(sh.rows * sh.dim) * 4),
+        grad(static_cast<size_t>(sh.n * sh.dim) * 4),
+        idx(static_cast<size_t>(sh.n) * 4) {
+    fill_uniform_1_2(m.as<float>(), sh.rows * sh.dim, 1);
+    fill_uniform_1_2(v.as<float>(), sh.rows * sh.dim, 2);
+    fill_uniform_1_2(var.as<float>(), sh.rows * sh.dim, 3);
+    fill_uniform_1_2(grad.as<float>(), sh.n * sh.dim, 4);
+    // Unique indices: a random permutation of the rows, cut (gen_data.py).
+    std::vector<int32_t> perm(static_cast<size_t>(sh.rows));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 rng(5);
+    for (int64_t i = 0; i < sh.n; ++i) {
+      std::uniform_int_distribution<int64_t> d(i, sh.rows - 1);
+      std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(d(rng))]);
+    }
+    std::memcpy(idx.ptr, perm.data(), static_cast<size_t>(sh.n) * 4);
+    sorted_idx.assign(perm.begin(), perm.begin() + sh.n);
+    std::sort(sorted_idx.begin(), sorted_idx.end());
+  }
+  double bytes() const { return static_cast<double>(s.n) * (28.0 * static_cast<double>(s.dim) + 4.0); }
+};
+
+// The floor: read gradient, m, v, var rows and write m, v, var rows, no arithmetic to speak of.
+void rmw_floor(const Data &d, const int32_t *order, bool order_is_sorted) {
+  const int64_t n = d.s.n, D = d.s.dim;
+  const float *g = d.grad.as<const float>();
+  float *m = d.m.as<float>(), *v = d.v.as<float>(), *var = d.var.as<float>();
+  constexpr int64_t kAhead = 12;
+  const int nt = fusekit::num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const int64_t r = order[i + kAhead];
+      for (int64_t off = 0; off < D; off += 16) {
+        __builtin_prefetch(m + r * D + off, 1);
+        __builtin_prefetch(v + r * D + off, 1);
+        __builtin_prefetch(var + r * D + off, 1);
+        __builtin_prefetch(g + (i + kAhead) * D + off, 0);
+      }
+    }
+    const int64_t r = order[i];
+    // With sorted order the gradient row is some other row of the batch; any fixed one will do
+    // for a memory floor, so use position i (sequential) only when order is the batch order.
+    const float *gi = g + (order_is_sorted ? (i * 7919 % n) : i) * D;
+    float *mr = m + r * D, *vr = v + r * D, *wr = var + r * D;
+    for (int64_t j = 0; j < D; ++j) {
+      const float mo = mr[j], vo = vr[j];
+      mr[j] = gi[j];
+      vr[j] = mo;
+      wr[j] = std::max(vo, wr[j]);
+    }
+  }
+}
+
+double time_floor(const Data &d, bool sorted) {
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    rmw_floor(d, sorted ? d.sorted_idx.data() : d.idx.as<const int32_t>(), sorted);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void BM_LazyAdam(benchmark::State &state) {
+  const Data d(shape_for(state.range(0)));
+  const double floor_s = time_floor(d, false), floor_sorted_s = time_floor(d, true);
+  fusekit::LazyAdam plan;
+  const auto st = fusekit::LazyAdam::plan(
+      TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}), TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
+      TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}), TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
+      TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), {}, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+  for (auto _ : state) {
+    const auto r = plan.run(1e-3f, ws.ptr, plan.workspace_size());
+    benchmark::DoNotOptimize(r.ok());
+  }
+  fusekit::bench::report_bandwidth(state, d.bytes());
+  state.counters["floor_GB/s"] = d.bytes() / floor_s * 1e-9;
+  state.counters["floor_sorted_GB/s"] = d.bytes() / floor_sorted_s * 1e-9;
+  // Ratios of the floor's time to ours (1.0 = as fast as the floor).
+  state.counters["of_floor"] = benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_floor_sorted"] = benchmark::Counter(floor_sorted_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("R=" + std::to_string(d.s.rows) + " N=" + std::to_string(d.s.n) + " D=" + std::to_string(d.s.dim));
+}
+
+void BM_CopyBandwidth(benchmark::State &state) {
+  for (auto _ : state) benchmark::DoNotOptimize(fusekit::bench::copy_bandwidth());
+  state.counters["copy_GB/s"] = fusekit::bench::copy_bandwidth() * 1e-9;
+}
+
+}  // namespace
+
+BENCHMARK(BM_CopyBandwidth)->Iterations(1);
+BENCHMARK(BM_LazyAdam)->ArgName("D")->Arg(32)->Arg(8)->Arg(64)->Arg(128)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
