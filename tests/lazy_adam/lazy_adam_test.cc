@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -326,6 +327,29 @@ TEST(LazyAdam, ThreadCountsAreBitwiseIdentical) {
   ASSERT_TRUE(run_cpp(got, KernelChoice::kAuto, 0, nullptr).ok());
   expect_tables_equal(got, want);
   fusekit::set_num_threads(0);
+}
+
+TEST(LazyAdam, UniqueIndicesInBatchOrderOverThreads) {
+  // No row repeats: the kernel walks the table in batch order (no grouping sort).
+  const int64_t rows = 100000, n = 70000, dim = 12;
+  auto make = [&] {
+    Problem p = make_problem(21, rows, n, dim);
+    std::vector<int64_t> perm(static_cast<size_t>(rows));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_for(22));
+    for (int64_t i = 0; i < n; ++i) p.idx[static_cast<size_t>(i)] = i % 97 == 5 ? -1 : perm[static_cast<size_t>(i)];
+    return p;
+  };
+  Problem want = make();
+  const OracleResult expected = oracle(want);
+  for (int threads : {1, 2, 4}) {
+    Problem got = make();
+    LazyAdamStats stats;
+    ASSERT_TRUE(run_cpp(got, KernelChoice::kOptimized, threads, &stats).ok());
+    expect_tables_equal(got, want);
+    EXPECT_EQ(stats.rows_updated, expected.updated);
+    EXPECT_EQ(stats.indices_padding, expected.padding);
+  }
 }
 
 TEST(LazyAdam, EmptyBatchIsANoOp) {
