@@ -1,0 +1,70 @@
+// aclnnAddLora: the aclnn face over fusekit::AddLora.
+#include "aclnnop/aclnn_add_lora.h"
+
+#include <memory>
+
+#include "common/str_cat.h"
+#include "fusekit/add_lora.h"
+#include "runtime/acl_tensor.h"
+#include "runtime/executor.h"
+
+namespace fusekit {
+namespace {
+
+constexpr const char *kOp = "aclnnAddLora";
+
+// The C++ API names itself "AddLora"; on this path messages carry the aclnn name.
+Status renamed(Status s) {
+  if (s.ok() || s.message().rfind("AddLora:", 0) != 0) return s;
+  return Status(s.code(), std::string("aclnn") + s.message());
+}
+
+class AddLoraExecutor final : public aclOpExecutor {
+ public:
+  explicit AddLoraExecutor(const AddLora &plan) : aclOpExecutor(kOp), plan_(plan) {}
+  uint64_t workspace_size() const override { return plan_.workspace_size(); }
+  Status execute(void *workspace, uint64_t workspace_size, std::string * /*warning*/) override {
+    return renamed(plan_.run(workspace, workspace_size));
+  }
+
+ private:
+  AddLora plan_;
+};
+
+}  // namespace
+}  // namespace fusekit
+
+using namespace fusekit;
+
+extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(const aclTensor *y, const aclTensor *x, const aclTensor *weightB,
+                                                    const aclTensor *indices, const aclTensor *weightAOptional,
+                                                    int64_t layerIdx, double scale, int64_t yOffset,
+                                                    int64_t ySliceSize, const aclTensor *out,
+                                                    uint64_t *workspaceSize, aclOpExecutor **executor) {
+  TensorView vy, vx, vb, vi, va, vo;
+  Status st = view_of(y, kOp, "y", &vy);
+  if (st.ok()) st = view_of(x, kOp, "x", &vx);
+  if (st.ok()) st = view_of(weightB, kOp, "weightB", &vb);
+  if (st.ok()) st = view_of(indices, kOp, "indices", &vi);
+  if (st.ok()) st = view_of(weightAOptional, kOp, "weightAOptional", &va, /*optional=*/true);
+  if (st.ok()) st = view_of(out, kOp, "out", &vo);
+  if (st.ok() && workspaceSize == nullptr) st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+  if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+  AddLora plan;
+  if (st.ok()) {
+    AddLoraOptions options;
+    options.layer_idx = layerIdx;
+    options.scale = scale;
+    options.y_offset = yOffset;
+    options.y_slice_size = ySliceSize;
+    st = renamed(AddLora::plan(vy, vx, vb, vi, va, vo, options, &plan));
+  }
+  std::unique_ptr<aclOpExecutor> ex;
+  if (st.ok()) ex = std::make_unique<AddLoraExecutor>(plan);
+  return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+}
+
+extern "C" aclnnStatus aclnnAddLora(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                    aclrtStream stream) {
+  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+}

@@ -1,0 +1,429 @@
+// AddLora, the optimized kernel: Highway SIMD, compiled for every x86 target Highway builds and
+// dispatched at run time; OpenMP threads over groups, rows and output columns.
+//
+// Prefill path (a group of many rows on one adapter), per group:
+//   1. pack weightA^T to a float32 panel [H1, R16] and weightB^T to column tiles [H2/TW][R][TW]
+//      (threads split k and the column tiles);
+//   2. shrink: t = x . A^T for tiles of kMR rows x kNV rank vectors, each x element broadcast
+//      against a vector of the panel, accumulated by FMA in k order (threads split row blocks);
+//   3. expand: tiles of kMR rows x TW columns, acc = sum over r of t[m, r] * Bt[r, cols] by FMA in
+//      r order; out = round(y + scale * acc) once (threads split row panels x column blocks).
+// Decode path (one or a few rows per adapter): t = dot(x, A[r]) streaming A once; then for each
+// output column z = dot(t, B[j]) streaming B once, and the epilogue over a block of columns.
+//
+// Every output element is computed by one thread, by the same operations in the same order for
+// any thread count, so results are bitwise identical for every thread count.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "add_lora/add_lora_hwy.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "add_lora/add_lora_kernels.h"
+#include "fusekit/float16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fusekit::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+// Everything here in its own namespace: other operators' per-target helpers have the same names.
+namespace lora {
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kMR = 6;  // rows per register tile
+constexpr int kNV = 4;  // vectors per register tile (24 accumulators of 32 registers)
+#else
+constexpr int kMR = 4;
+constexpr int kNV = 2;  // 8 accumulators of 16 registers
+#endif
+constexpr int64_t kKChunk = 64;        // k per packing item of weightA
+constexpr int64_t kRowPanelTiles = 8;  // row tiles per expand item
+constexpr int64_t kColBlockTiles = 4;  // column tiles per expand item
+constexpr int64_t kDecodeRanks = 16;   // ranks per decode shrink item
+constexpr int64_t kDecodeCols = 256;   // output columns per decode expand item
+constexpr int64_t kRowBuf = 8;         // rows of x converted at once (the per-thread buffer holds 8)
+
+// ---- loads and stores of the three element types as float32 lanes ----
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const float *p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const float16_t *p) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t *>(p)));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const bfloat16_t *p) {
+  const hn::Rebind<hwy::bfloat16_t, D> db;
+  return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t *>(p)));
+}
+
+template <class D>
+HWY_INLINE void StoreF(D d, hn::Vec<D> v, float *p) {
+  hn::StoreU(v, d, p);
+}
+template <class D>
+HWY_INLINE void StoreF(D /*d*/, hn::Vec<D> v, float16_t *p) {
+  const hn::Rebind<hwy::float16_t, D> dh;  // F16C / AVX-512 conversion: round to nearest even
+  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t *>(p));
+}
+// bfloat16: rounded to nearest even here (Highway 1.0.3's DemoteTo truncates on AVX2); NaN stays
+// NaN (quieted), exactly as float_to_bf16_bits.
+template <class D>
+HWY_INLINE void StoreF(D /*d*/, hn::Vec<D> v, bfloat16_t *p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+  const auto res = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, res)), d16, reinterpret_cast<uint16_t *>(p));
+}
+
+template <typename T>
+HWY_INLINE void ConvertRow(const T *src, float *dst, int64_t n) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadF(d, src + i), d, dst + i);
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// out = round(y + scale * z) for n columns, z in float32.
+template <typename T>
+HWY_INLINE void EpilogueRow(const float *z, const T *y, T *out, int64_t n, float scale) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vs = hn::Set(d, scale);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) StoreF(d, hn::Add(LoadF(d, y + j), hn::Mul(vs, hn::LoadU(d, z + j))), out + j);
+  for (; j < n; ++j) out[j] = from_float<T>(to_float(y[j]) + scale * z[j]);
+}
+
+// ---- prefill: packing ----
+
+// at[k * ts + r] = A[r, k] for k in [k0, k0 + kn), zero for r in [R, ts).
+template <typename T>
+void PackAChunk(const T *A, int64_t ars, int64_t R, int64_t ts, int64_t k0, int64_t kn, float *at, float *tmp) {
+  for (int64_t r = 0; r < R; ++r) ConvertRow(A + r * ars + k0, tmp + r * kKChunk, kn);
+  for (int64_t i = 0; i < kn; ++i) {
+    float *dst = at + (k0 + i) * ts;
+    for (int64_t r = 0; r < R; ++r) dst[r] = tmp[r * kKChunk + i];
+    for (int64_t r = R; r < ts; ++r) dst[r] = 0.0f;
+  }
+}
+
+// Column tile ct of weightB^T: bt[ct * R * TW + r * TW + c] = B[ct * TW + c, r], zero past H2.
+template <typename T>
+void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64_t tw, int64_t ct, float *bt,
+               float *tmp) {
+  const int64_t j0 = ct * tw;
+  const int64_t cn = std::min(tw, h2 - j0);
+  for (int64_t c = 0; c < cn; ++c) ConvertRow(B + (j0 + c) * brs, tmp + c * ts, R);
+  float *tile = bt + ct * R * tw;
+  for (int64_t r = 0; r < R; ++r) {
+    float *dst = tile + r * tw;
+    for (int64_t c = 0; c < cn; ++c) dst[c] = tmp[c * ts + r];
+    for (int64_t c = cn; c < tw; ++c) dst[c] = 0.0f;
+  }
+}
+
+// ---- prefill: register tiles ----
+
+// t rows tr[m][r0 .. r0 + NV*N) = sum over k of x[m][k] * at[k][r0 ..], k in order.
+template <int NV>
+HWY_INLINE void ShrinkTile(const float *const *xr, int64_t h1, const float *at, int64_t ts, int64_t r0,
+                           float *const *tr, int nrows) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  VF acc[kMR][NV];
+  for (int m = 0; m < kMR; ++m) {
+    for (int v = 0; v < NV; ++v) acc[m][v] = hn::Zero(d);
+  }
+  const float *a = at + r0;
+  for (int64_t k = 0; k < h1; ++k, a += ts) {
+    VF bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, a + v * N);
+    for (int m = 0; m < kMR; ++m) {
+      const VF xb = hn::Set(d, xr[m][k]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = hn::MulAdd(xb, bv[v], acc[m][v]);
+    }
+  }
+  for (int m = 0; m < nrows; ++m) {
+    for (int v = 0; v < NV; ++v) hn::Store(acc[m][v], d, tr[m] + r0 + v * N);
+  }
+}
+
+// out[m][col0 ..] = round(y + scale * sum over r of t[m][r] * tile[r][..]) for a kMR x kNV*N tile.
+template <typename T>
+HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile, int64_t R, int64_t col0,
+                           int64_t h2, const T *const *yr, T *const *outr, float scale, float *buf) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  VF acc[kMR][kNV];
+  for (int m = 0; m < kMR; ++m) {
+    for (int v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
+  }
+  const float *b = tile;
+  for (int64_t r = 0; r < R; ++r, b += kNV * N) {
+    VF bv[kNV];
+    for (int v = 0; v < kNV; ++v) bv[v] = hn::Load(d, b + v * N);
+    for (int m = 0; m < kMR; ++m) {
+      const VF tb = hn::Set(d, tr[m][r]);
+      for (int v = 0; v < kNV; ++v) acc[m][v] = hn::MulAdd(tb, bv[v], acc[m][v]);
+    }
+  }
+  const auto vs = hn::Set(d, scale);
+  for (int m = 0; m < nrows; ++m) {
+    for (int v = 0; v < kNV; ++v) {
+      const int64_t j = col0 + v * N;
+      if (j + N <= h2) {
+        StoreF(d, hn::Add(LoadF(d, yr[m] + j), hn::Mul(vs, acc[m][v])), outr[m] + j);
+      } else if (j < h2) {
+        hn::StoreU(acc[m][v], d, buf);
+        for (int64_t jj = j; jj < h2; ++jj) outr[m][jj] = from_float<T>(to_float(yr[m][jj]) + scale * buf[jj - j]);
+      }
+    }
+  }
+}
+
+// ---- decode: dot products that stream the weights ----
+
+// sum over k of xf[k] * a[k]: four vector chains, combined, reduced, then the scalar tail.
+template <typename T>
+HWY_INLINE float DotLong(const float *xf, const T *a, int64_t n) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + 4 * N <= n; k += 4 * N) {
+    a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadF(d, a + k), a0);
+    a1 = hn::MulAdd(hn::LoadU(d, xf + k + N), LoadF(d, a + k + N), a1);
+    a2 = hn::MulAdd(hn::LoadU(d, xf + k + 2 * N), LoadF(d, a + k + 2 * N), a2);
+    a3 = hn::MulAdd(hn::LoadU(d, xf + k + 3 * N), LoadF(d, a + k + 3 * N), a3);
+  }
+  for (; k + N <= n; k += N) a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadF(d, a + k), a0);
+  float z = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; k < n; ++k) z = z + xf[k] * to_float(a[k]);
+  return z;
+}
+
+// sum over r of t[r] * b[r] for a short R: 8-lane chunks, reduced, then the scalar tail.
+template <typename T>
+HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
+  const hn::CappedTag<float, 8> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(d8));
+  auto acc = hn::Zero(d8);
+  int64_t r = 0;
+  for (; r + N <= n; r += N) acc = hn::MulAdd(hn::LoadU(d8, t + r), LoadF(d8, b + r), acc);
+  float z = hn::GetLane(hn::SumOfLanes(d8, acc));
+  for (; r < n; ++r) z = z + t[r] * to_float(b[r]);
+  return z;
+}
+
+// ---- the driver ----
+
+template <typename T>
+AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threads, int64_t prefill_min_rows) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t tw = kNV * N;  // columns per expand tile
+  const int64_t R = a.r, h1 = a.h1, h2 = a.h2, ts = s.t_stride;
+  const int64_t xs = (h1 + 15) / 16 * 16 + 16;  // staggered rows of the x buffer
+  const T *x = static_cast<const T *>(a.x);
+  const T *y = static_cast<const T *>(a.y);
+  T *out = static_cast<T *>(a.out);
+  const T *wa = static_cast<const T *>(a.wa);
+  const T *wb = static_cast<const T *>(a.wb);
+  const bool has_a = wa != nullptr;
+
+  // Which groups take which path; decode groups are listed in s.group_list.
+  AddLoraRunInfo info;
+  int64_t valid = 0;
+  for (int64_t ad = 0; ad < a.adapters; ++ad) {
+    const int64_t n = a.group_start[ad + 1] - a.group_start[ad];
+    valid += n;
+    if (n == 0) continue;
+    if (n >= prefill_min_rows) {
+      ++info.prefill_groups;
+    } else {
+      s.group_list[info.decode_groups++] = ad;
+    }
+  }
+  const double work = static_cast<double>(valid) * static_cast<double>(R) * static_cast<double>(h1 + h2);
+  const int nt = static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
+  const int64_t n_tiles = (h2 + tw - 1) / tw;
+  const int64_t n_col_blocks = (n_tiles + kColBlockTiles - 1) / kColBlockTiles;
+  const int64_t n_rank_vectors = ts / N;
+  const int64_t n_dec = info.decode_groups;
+  const int64_t n_rank_chunks = (R + kDecodeRanks - 1) / kDecodeRanks;
+  const int64_t n_dec_cols = (h2 + kDecodeCols - 1) / kDecodeCols;
+
+#pragma omp parallel num_threads(nt)
+  {
+    char *mine = s.per_thread + static_cast<size_t>(omp_get_thread_num()) * s.per_thread_bytes;
+    float *buf = reinterpret_cast<float *>(mine);
+
+    // ---- prefill groups, one after another ----
+    for (int64_t ad = 0; ad < a.adapters; ++ad) {
+      const int64_t g0 = a.group_start[ad], n = a.group_start[ad + 1] - g0;
+      if (n == 0 || n < prefill_min_rows) continue;
+      const T *A = has_a ? wa + ad * a.wa_adapter_stride : nullptr;
+      const T *B = wb + ad * a.wb_adapter_stride;
+      if (has_a) {
+#pragma omp for schedule(static) nowait
+        for (int64_t c = 0; c < (h1 + kKChunk - 1) / kKChunk; ++c) {
+          PackAChunk(A, a.wa_row_stride, R, ts, c * kKChunk, std::min(kKChunk, h1 - c * kKChunk), s.a_panel, buf);
+        }
+      }
+#pragma omp for schedule(static)
+      for (int64_t ct = 0; ct < n_tiles; ++ct) PackBTile(B, a.wb_row_stride, R, ts, h2, tw, ct, s.b_panel, buf);
+
+      // Shrink, kMR rows at a time.
+      const int64_t n_blocks = (n + kMR - 1) / kMR;
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < n_blocks; ++blk) {
+        const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
+        float *tr[kMR];
+        const float *xr[kMR];
+        for (int m = 0; m < kMR; ++m) {
+          const int mm = m < nrows ? m : 0;
+          tr[m] = s.t + (g0 + blk * kMR + mm) * ts;
+          xr[m] = buf + mm * xs;
+        }
+        for (int m = 0; m < nrows; ++m) {
+          const T *xrow = x + static_cast<int64_t>(a.rows[g0 + blk * kMR + m]) * a.x_stride;
+          ConvertRow(xrow, has_a ? buf + m * xs : tr[m], h1);
+        }
+        if (!has_a) continue;
+        for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
+          const int64_t r0 = v0 * N;
+          switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
+            case 1: ShrinkTile<1>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
+            case 2: ShrinkTile<2>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
+#if HWY_TARGET <= HWY_AVX3
+            case 3: ShrinkTile<3>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
+            case 4: ShrinkTile<4>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
+#endif
+            default: break;
+          }
+        }
+      }
+
+      // Expand: items are (column block, row panel), column-block major.
+      const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < n_col_blocks * n_panels; ++item) {
+        const int64_t cb = item / n_panels, rp = item % n_panels;
+        const int64_t ct_end = std::min(n_tiles, (cb + 1) * kColBlockTiles);
+        const int64_t blk_end = std::min(n_blocks, (rp + 1) * kRowPanelTiles);
+        for (int64_t ct = cb * kColBlockTiles; ct < ct_end; ++ct) {
+          const float *tile = s.b_panel + ct * R * tw;
+          for (int64_t blk = rp * kRowPanelTiles; blk < blk_end; ++blk) {
+            const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
+            const float *tr[kMR];
+            const T *yr[kMR];
+            T *outr[kMR];
+            for (int m = 0; m < kMR; ++m) {
+              const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+              const int64_t row = a.rows[k];
+              tr[m] = s.t + k * ts;
+              yr[m] = y + row * a.y_stride + a.y_offset;
+              outr[m] = out + row * a.out_stride + a.y_offset;
+            }
+            ExpandTile(tr, nrows, tile, R, ct * tw, h2, yr, outr, a.scale, buf);
+          }
+        }
+      }
+    }
+
+    // ---- decode groups: shrink items (group, rank chunk), then expand items (group, columns) ----
+    if (n_dec > 0) {
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < n_dec * n_rank_chunks; ++item) {
+        const int64_t ad = s.group_list[item / n_rank_chunks];
+        const int64_t r_begin = (item % n_rank_chunks) * kDecodeRanks;
+        const int64_t r_end = std::min(R, r_begin + kDecodeRanks);
+        const int64_t g0 = a.group_start[ad], g1 = a.group_start[ad + 1];
+        if (!has_a) {
+          for (int64_t k = g0; k < g1; ++k) {
+            const T *xrow = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
+            ConvertRow(xrow + r_begin, s.t + k * ts + r_begin, r_end - r_begin);
+          }
+          continue;
+        }
+        const T *A = wa + ad * a.wa_adapter_stride;
+        for (int64_t k0 = g0; k0 < g1; k0 += kRowBuf) {
+          const int64_t k1 = std::min(g1, k0 + kRowBuf);
+          for (int64_t k = k0; k < k1; ++k) {
+            ConvertRow(x + static_cast<int64_t>(a.rows[k]) * a.x_stride, buf + (k - k0) * xs, h1);
+          }
+          for (int64_t r = r_begin; r < r_end; ++r) {
+            const T *ar = A + r * a.wa_row_stride;
+            for (int64_t k = k0; k < k1; ++k) s.t[k * ts + r] = DotLong(buf + (k - k0) * xs, ar, h1);
+          }
+        }
+      }
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < n_dec * n_dec_cols; ++item) {
+        const int64_t ad = s.group_list[item / n_dec_cols];
+        const int64_t j0 = (item % n_dec_cols) * kDecodeCols;
+        const int64_t jn = std::min(kDecodeCols, h2 - j0);
+        const T *B = wb + ad * a.wb_adapter_stride + j0 * a.wb_row_stride;
+        for (int64_t k = a.group_start[ad]; k < a.group_start[ad + 1]; ++k) {
+          const float *t = s.t + k * ts;
+          for (int64_t j = 0; j < jn; ++j) buf[j] = DotShort(t, B + j * a.wb_row_stride, R);
+          const int64_t row = a.rows[k];
+          EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j0, out + row * a.out_stride + a.y_offset + j0, jn,
+                      a.scale);
+        }
+      }
+    }
+  }
+  return info;
+}
+
+AddLoraRunInfo Run(const AddLoraArgs &a, const AddLoraScratch &s, int threads, int64_t prefill_min_rows) {
+  switch (a.dtype) {
+    case DType::kFloat16: return RunTyped<float16_t>(a, s, threads, prefill_min_rows);
+    case DType::kBFloat16: return RunTyped<bfloat16_t>(a, s, threads, prefill_min_rows);
+    default: return RunTyped<float>(a, s, threads, prefill_min_rows);
+  }
+}
+
+}  // namespace lora
+
+AddLoraRunInfo AddLoraRun(const AddLoraArgs &a, const AddLoraScratch &s, int threads, int64_t prefill_min_rows) {
+  return lora::Run(a, s, threads, prefill_min_rows);
+}
+const char *AddLoraTargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace fusekit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fusekit {
+HWY_EXPORT(AddLoraRun);
+HWY_EXPORT(AddLoraTargetName);
+
+// Looked up on each call (one table read) so that tests can switch targets.
+AddLoraOptimizedFn add_lora_optimized() {
+  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  return HWY_DYNAMIC_DISPATCH(AddLoraRun);
+}
+const char *add_lora_optimized_target() {
+  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  return HWY_DYNAMIC_DISPATCH(AddLoraTargetName)();
+}
+
+}  // namespace fusekit
+#endif  // HWY_ONCE

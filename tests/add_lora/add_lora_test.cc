@@ -1,0 +1,655 @@
+// AddLora: every output element against an independent float64 oracle written here (one ulp of
+// the output type at the oracle's magnitude, plus the float32-cancellation bound of
+// spec/add_lora.md), elements outside the update bitwise equal to y, y untouched out of place,
+// unwritten elements caught by poison, every refusal with its code and nothing written, and
+// bitwise equality over thread counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_add_lora.h"
+#include "common/test_util.h"
+#include "fusekit/add_lora.h"
+#include "fusekit/float16.h"
+
+namespace fusekit {
+namespace {
+
+using fusekit::testing::rng_for;
+
+// ---- element access by dtype, on raw bytes ----
+double get(DType dt, const std::vector<uint8_t> &buf, int64_t i) {
+  switch (dt) {
+    case DType::kFloat16: { uint16_t h; std::memcpy(&h, buf.data() + 2 * i, 2); return half_bits_to_float(h); }
+    case DType::kBFloat16: { uint16_t h; std::memcpy(&h, buf.data() + 2 * i, 2); return bf16_bits_to_float(h); }
+    default: { float f; std::memcpy(&f, buf.data() + 4 * i, 4); return f; }
+  }
+}
+void set(DType dt, std::vector<uint8_t> &buf, int64_t i, float v) {
+  switch (dt) {
+    case DType::kFloat16: { uint16_t h = float_to_half_bits(v); std::memcpy(buf.data() + 2 * i, &h, 2); break; }
+    case DType::kBFloat16: { uint16_t h = float_to_bf16_bits(v); std::memcpy(buf.data() + 2 * i, &h, 2); break; }
+    default: std::memcpy(buf.data() + 4 * i, &v, 4); break;
+  }
+}
+bool same_bits(DType dt, const std::vector<uint8_t> &a, int64_t i, const std::vector<uint8_t> &b, int64_t j) {
+  const size_t es = dtype_size(dt);
+  return std::memcmp(a.data() + es * i, b.data() + es * j, es) == 0;
+}
+
+// One ulp of the output type at magnitude |v| (float32: the relative 1e-5 of the spec).
+double ulp_at(DType dt, double v) {
+  const double a = std::fabs(v);
+  if (dt == DType::kFloat32) return 1e-5 * a;
+  const int mant = dt == DType::kFloat16 ? 10 : 7;
+  const int emin = dt == DType::kFloat16 ? -14 : -126;
+  int e = a > 0 ? static_cast<int>(std::floor(std::log2(a))) : emin;
+  e = std::max(e, emin);
+  return std::ldexp(1.0, e - mant);
+}
+
+struct Problem {
+  DType dt = DType::kFloat16;
+  int64_t B = 4, H1 = 16, H2 = 16, H3 = 16, R = 16, W = 2, L = 1, layer = 0, y_offset = 0;
+  double scale = 1.0;
+  bool has_a = true, in_place = false;
+  int64_t x_pad = 0, y_pad = 0, out_pad = 0;  // extra elements per row (row-strided views)
+  std::vector<int32_t> indices;               // filled by make() when empty: random in [0, W)
+  uint64_t seed = 1;
+};
+
+struct Data {
+  Problem p;
+  std::vector<uint8_t> x, y, y0, wa, wb, out;
+  std::vector<int32_t> idx;
+  int64_t xs = 0, ys = 0, os = 0;
+  TensorView vx, vy, va, vb, vi, vo;
+};
+
+// Random inputs (recorded seed) in [-1, 1], rounded to the dtype; out poisoned (0xFF bytes: NaN).
+Data make(const Problem &p) {
+  Data d;
+  d.p = p;
+  auto rng = rng_for(p.seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const size_t es = dtype_size(p.dt);
+  d.xs = p.H1 + p.x_pad;
+  d.ys = p.H3 + p.y_pad;
+  d.os = p.in_place ? d.ys : p.H3 + p.out_pad;
+  auto fill = [&](std::vector<uint8_t> &buf, int64_t n) {
+    buf.assign(static_cast<size_t>(n) * es, 0);
+    for (int64_t i = 0; i < n; ++i) set(p.dt, buf, i, u(rng));
+  };
+  fill(d.x, p.B * d.xs);
+  fill(d.y, p.B * d.ys);
+  if (p.has_a) fill(d.wa, p.W * p.L * p.R * p.H1);
+  fill(d.wb, p.W * p.L * p.H2 * p.R);
+  d.idx = p.indices;
+  if (d.idx.empty()) {
+    std::uniform_int_distribution<int32_t> ui(0, static_cast<int32_t>(p.W - 1));
+    for (int64_t i = 0; i < p.B; ++i) d.idx.push_back(ui(rng));
+  }
+  d.y0 = d.y;
+  if (!p.in_place) d.out.assign(static_cast<size_t>(p.B * d.os) * es, 0xFF);
+  d.vx = TensorView::strided(d.x.data(), p.dt, {p.B, p.H1}, {d.xs, 1});
+  d.vy = TensorView::strided(d.y.data(), p.dt, {p.B, p.H3}, {d.ys, 1});
+  d.vo = p.in_place ? d.vy : TensorView::strided(d.out.data(), p.dt, {p.B, p.H3}, {d.os, 1});
+  if (p.has_a) d.va = TensorView::contiguous(d.wa.data(), p.dt, {p.W, p.L, p.R, p.H1});
+  d.vb = TensorView::contiguous(d.wb.data(), p.dt, {p.W, p.L, p.H2, p.R});
+  d.vi = TensorView::of(d.idx.data(), {p.B});
+  return d;
+}
+
+AddLoraOptions options_for(const Problem &p, KernelChoice k = KernelChoice::kAuto,
+                           AddLoraPath path = AddLoraPath::kAuto, int threads = 0) {
+  AddLoraOptions o;
+  o.layer_idx = p.layer;
+  o.scale = p.scale;
+  o.y_offset = p.y_offset;
+  o.kernel = k;
+  o.path = path;
+  o.num_threads = threads;
+  return o;
+}
+
+Status run(Data &d, const AddLoraOptions &o, AddLoraStats *st = nullptr) {
+  return add_lora(d.vy, d.vx, d.vb, d.vi, d.va, d.vo, o, st);
+}
+
+const std::vector<uint8_t> &out_buf(const Data &d) { return d.p.in_place ? d.y : d.out; }
+
+// The float64 oracle and the checks. Returns the number of bad elements.
+int64_t check(const Data &d, const char *what, bool report = true) {
+  const Problem &p = d.p;
+  const auto &out = out_buf(d);
+  int64_t bad = 0;
+  auto fail = [&](const std::string &msg) {
+    if (report && bad < 5) ADD_FAILURE() << what << ": " << msg;
+    ++bad;
+  };
+  std::vector<double> t(static_cast<size_t>(p.R)), tabs(static_cast<size_t>(p.R));
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int32_t a = d.idx[static_cast<size_t>(b)];
+    const bool upd = a >= 0 && a < p.W;
+    for (int64_t r = 0; r < p.R && upd; ++r) {
+      double s = 0, sa = 0;
+      if (!p.has_a) {
+        s = get(p.dt, d.x, b * d.xs + r);
+        sa = std::fabs(s);
+      } else {
+        const int64_t base = ((a * p.L + p.layer) * p.R + r) * p.H1;
+        for (int64_t k = 0; k < p.H1; ++k) {
+          const double term = get(p.dt, d.x, b * d.xs + k) * get(p.dt, d.wa, base + k);
+          s += term;
+          sa += std::fabs(term);
+        }
+      }
+      t[static_cast<size_t>(r)] = s;
+      tabs[static_cast<size_t>(r)] = sa;
+    }
+    for (int64_t c = 0; c < p.H3; ++c) {
+      const int64_t oi = b * d.os + c, yi = b * d.ys + c;
+      if (!upd || c < p.y_offset || c >= p.y_offset + p.H2) {
+        if (!same_bits(p.dt, out, oi, d.y0, yi)) {
+          fail("row " + std::to_string(b) + " col " + std::to_string(c) + " (no update) differs from y: " +
+               std::to_string(get(p.dt, out, oi)) + " vs " + std::to_string(get(p.dt, d.y0, yi)));
+        }
+        continue;
+      }
+      const int64_t o = c - p.y_offset;
+      const int64_t bbase = ((a * p.L + p.layer) * p.H2 + o) * p.R;
+      double z = 0, za = 0;
+      for (int64_t r = 0; r < p.R; ++r) {
+        const double bv = get(p.dt, d.wb, bbase + r);
+        z += t[static_cast<size_t>(r)] * bv;
+        za += tabs[static_cast<size_t>(r)] * std::fabs(bv);
+      }
+      const double yv = get(p.dt, d.y0, yi);
+      const double ref = yv + p.scale * z;
+      const double sum_abs = std::fabs(yv) + std::fabs(p.scale) * za;
+      const double bound = ulp_at(p.dt, ref) + 2.0 * std::sqrt(static_cast<double>(p.H1 + p.R + 2)) *
+                                                   std::ldexp(sum_abs, -24);
+      const double got = get(p.dt, out, oi);
+      if (!(std::fabs(got - ref) <= bound)) {
+        fail("row " + std::to_string(b) + " col " + std::to_string(c) + ": got " + std::to_string(got) +
+             ", float64 reference " + std::to_string(ref) + ", bound " + std::to_string(bound));
+      }
+    }
+  }
+  // Out of place: y untouched, and the gaps between out's rows never written.
+  if (!p.in_place) {
+    if (d.y != d.y0) fail("y was modified");
+    const size_t es = dtype_size(p.dt);
+    for (int64_t b = 0; b < p.B; ++b) {
+      for (int64_t c = p.H3; c < d.os; ++c) {
+        for (size_t k = 0; k < es; ++k) {
+          if (d.out[static_cast<size_t>(b * d.os + c) * es + k] != 0xFF) {
+            fail("the gap after row " + std::to_string(b) + " was written");
+          }
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+const DType kDtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32};
+struct KernelPath {
+  KernelChoice kernel;
+  AddLoraPath path;
+  const char *name;
+};
+const KernelPath kKernels[] = {{KernelChoice::kReference, AddLoraPath::kAuto, "reference"},
+                               {KernelChoice::kAuto, AddLoraPath::kAuto, "optimized/auto"},
+                               {KernelChoice::kOptimized, AddLoraPath::kPrefill, "optimized/prefill"},
+                               {KernelChoice::kOptimized, AddLoraPath::kDecode, "optimized/decode"}};
+
+// Runs a problem on every kernel and path, in place and out of place, for every dtype.
+void check_all(Problem p, const char *what) {
+  for (DType dt : kDtypes) {
+    for (const KernelPath &k : kKernels) {
+      for (bool in_place : {false, true}) {
+        p.dt = dt;
+        p.in_place = in_place;
+        Data d = make(p);
+        const std::string label = std::string(what) + " " + dtype_name(dt) + " " + k.name +
+                                  (in_place ? " in place" : " out of place") + " seed " + std::to_string(p.seed);
+        SCOPED_TRACE(label);
+        const Status s = run(d, options_for(p, k.kernel, k.path));
+        ASSERT_TRUE(s.ok()) << s.message();
+        EXPECT_EQ(check(d, label.c_str()), 0);
+      }
+    }
+  }
+}
+
+TEST(AddLora, SeedShapeOneRowOneAdapter) {
+  Problem p;
+  p.B = 1;
+  p.W = 1;
+  check_all(p, "seed shape");
+}
+
+TEST(AddLora, OddSizesStridedMixedNoAdapter) {
+  Problem p;
+  p.B = 37;
+  p.H1 = 67;
+  p.H2 = 45;
+  p.H3 = 100;
+  p.R = 8;
+  p.W = 3;
+  p.L = 2;
+  p.layer = 1;
+  p.y_offset = 30;
+  p.scale = 0.37;
+  p.x_pad = 5;
+  p.y_pad = 3;
+  p.out_pad = 7;
+  p.seed = 2;
+  for (int i = 0; i < 37; ++i) p.indices.push_back(i % 5 == 0 ? -1 : i % 7 == 0 ? 3 : i % 3);
+  check_all(p, "odd sizes");
+}
+
+TEST(AddLora, RanksAndTileEdges) {
+  const int64_t ranks[] = {1, 8, 16, 64, 128};
+  uint64_t seed = 10;
+  for (int64_t r : ranks) {
+    Problem p;
+    p.R = r;
+    p.B = 13;  // two row tiles and a remainder
+    p.H1 = 70;
+    p.H2 = 129;  // past two 64-column tiles
+    p.H3 = 150;
+    p.W = 2;
+    p.y_offset = 150 - 129;  // the slice at the right end
+    p.scale = -1.5;
+    p.seed = seed++;
+    check_all(p, ("rank " + std::to_string(r)).c_str());
+  }
+}
+
+TEST(AddLora, ThousandsOfRowsFewAdapters) {
+  Problem p;
+  p.B = 2000;
+  p.H1 = 48;
+  p.H2 = 40;
+  p.H3 = 40;
+  p.R = 16;
+  p.W = 4;
+  p.seed = 20;
+  for (DType dt : kDtypes) {
+    for (const KernelPath &k : kKernels) {
+      p.dt = dt;
+      Data d = make(p);
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + k.name);
+      ASSERT_TRUE(run(d, options_for(p, k.kernel, k.path)).ok());
+      EXPECT_EQ(check(d, k.name), 0);
+    }
+  }
+}
+
+TEST(AddLora, DecodeThirtyTwoAdaptersAndUnusedSlots) {
+  Problem p;
+  p.B = 40;
+  p.H1 = 33;
+  p.H2 = 300;
+  p.H3 = 310;
+  p.y_offset = 0;  // the slice at the left end
+  p.R = 16;
+  p.W = 32;
+  p.L = 3;
+  p.layer = 2;
+  p.seed = 30;
+  // Slots 0..19 used once or twice, 20..31 never.
+  for (int i = 0; i < 40; ++i) p.indices.push_back(i % 20);
+  check_all(p, "W = 32");
+  AddLoraStats st;
+  Data d = make(p);
+  ASSERT_TRUE(run(d, options_for(p), &st).ok());
+  EXPECT_EQ(st.decode_groups, 20);
+  EXPECT_EQ(st.prefill_groups, 0);
+  EXPECT_EQ(st.rows_with_adapter, 40);
+}
+
+TEST(AddLora, EveryRowOnOneAdapter) {
+  Problem p;
+  p.B = 257;
+  p.H1 = 31;
+  p.H2 = 77;
+  p.H3 = 77;
+  p.R = 16;
+  p.W = 4;
+  p.seed = 40;
+  p.indices.assign(257, 2);  // slots 0, 1 and 3 unused
+  check_all(p, "one adapter");
+  AddLoraStats st;
+  Data d = make(p);
+  ASSERT_TRUE(run(d, options_for(p), &st).ok());
+  EXPECT_EQ(st.prefill_groups, 1);
+  EXPECT_EQ(st.decode_groups, 0);
+}
+
+TEST(AddLora, AllRowsWithoutAdapter) {
+  Problem p;
+  p.B = 9;
+  p.W = 3;
+  p.seed = 50;
+  p.indices = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+  check_all(p, "all -1");
+  p.indices = {-1, 3, -7, 3, 3, -1, 3, -2147483647 - 1, 3};
+  check_all(p, "mixed -1 and W");
+}
+
+TEST(AddLora, WithoutWeightA) {
+  Problem p;
+  p.has_a = false;
+  p.B = 23;
+  p.R = 24;
+  p.H1 = 24;
+  p.H2 = 70;
+  p.H3 = 90;
+  p.y_offset = 9;
+  p.W = 3;
+  p.scale = 0.5;
+  p.seed = 60;
+  check_all(p, "no weightA");
+  p.B = 1;
+  p.R = p.H1 = 5;
+  check_all(p, "no weightA, B = 1");
+}
+
+// A kernel that rounds t and scale*z to float16 (CANN's way) must fail the bound: the bound is
+// not vacuous.
+TEST(AddLora, BoundCatchesFloat16Intermediates) {
+  Problem p;
+  p.B = 8;
+  p.H1 = 256;
+  p.H2 = 64;
+  p.H3 = 64;
+  p.R = 16;
+  p.W = 1;
+  p.seed = 70;
+  Data d = make(p);
+  ASSERT_TRUE(run(d, options_for(p)).ok());
+  ASSERT_EQ(check(d, "float32 intermediates"), 0);
+  // Overwrite out with the float16-intermediate computation.
+  for (int64_t b = 0; b < p.B; ++b) {
+    std::vector<float> t(16);
+    for (int64_t r = 0; r < p.R; ++r) {
+      float s = 0;
+      for (int64_t k = 0; k < p.H1; ++k) {
+        s += static_cast<float>(get(p.dt, d.x, b * d.xs + k) * get(p.dt, d.wa, r * p.H1 + k));
+      }
+      t[static_cast<size_t>(r)] = half_bits_to_float(float_to_half_bits(s));
+    }
+    for (int64_t o = 0; o < p.H2; ++o) {
+      float z = 0;
+      for (int64_t r = 0; r < p.R; ++r) z += t[static_cast<size_t>(r)] * static_cast<float>(get(p.dt, d.wb, o * p.R + r));
+      const float sz = half_bits_to_float(float_to_half_bits(static_cast<float>(p.scale) * z));
+      set(p.dt, d.out, b * d.os + o, static_cast<float>(get(p.dt, d.y0, b * d.ys + o)) + sz);
+    }
+  }
+  EXPECT_GT(check(d, "float16 intermediates", /*report=*/false), 0);
+}
+
+// bfloat16 results are rounded to nearest even (Highway 1.0.3 truncates on AVX2): y + x * 1 with
+// sums on ties and just above half an ulp, in the vector body and the tail of both paths.
+TEST(AddLora, BFloat16RoundsToNearestEven) {
+  const int64_t H = 70;
+  for (AddLoraPath path : {AddLoraPath::kPrefill, AddLoraPath::kDecode}) {
+    for (int64_t rows : {1, 9}) {
+      std::vector<uint16_t> y(static_cast<size_t>(rows * H)), x(static_cast<size_t>(rows)), out(y.size());
+      std::vector<uint16_t> wb(static_cast<size_t>(H), float_to_bf16_bits(1.0f));
+      std::vector<int32_t> idx(static_cast<size_t>(rows), 0);
+      const float ys[] = {1.0f, 1.0078125f, 1.0f, -1.0078125f};
+      const float xs[] = {0x1p-8f, 0x1p-8f, 0x1.4p-8f, -0x1p-8f};
+      for (int64_t b = 0; b < rows; ++b) {
+        x[static_cast<size_t>(b)] = float_to_bf16_bits(xs[b % 4]);
+        for (int64_t j = 0; j < H; ++j) y[static_cast<size_t>(b * H + j)] = float_to_bf16_bits(ys[(b + j) % 4]);
+      }
+      AddLoraOptions o;
+      o.path = path;
+      o.kernel = KernelChoice::kOptimized;
+      const Status s = add_lora(TensorView::contiguous(y.data(), DType::kBFloat16, {rows, H}),
+                                TensorView::contiguous(x.data(), DType::kBFloat16, {rows, 1}),
+                                TensorView::contiguous(wb.data(), DType::kBFloat16, {1, 1, H, 1}),
+                                TensorView::of(idx.data(), {rows}), TensorView(),
+                                TensorView::contiguous(out.data(), DType::kBFloat16, {rows, H}), o);
+      ASSERT_TRUE(s.ok()) << s.message();
+      for (int64_t b = 0; b < rows; ++b) {
+        for (int64_t j = 0; j < H; ++j) {
+          const float sum = bf16_bits_to_float(y[static_cast<size_t>(b * H + j)]) + bf16_bits_to_float(x[static_cast<size_t>(b)]);
+          ASSERT_EQ(out[static_cast<size_t>(b * H + j)], float_to_bf16_bits(sum)) << "row " << b << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+// Thread counts 1, 2 and 4 give bitwise identical results, on both paths.
+TEST(AddLora, BitwiseEqualOverThreadCounts) {
+  Problem p;
+  p.B = 150;
+  p.H1 = 200;
+  p.H2 = 300;
+  p.H3 = 310;
+  p.y_offset = 5;
+  p.R = 64;
+  p.W = 5;
+  p.seed = 80;
+  for (int i = 0; i < 150; ++i) p.indices.push_back(i < 120 ? i % 2 : 2 + i % 3);  // two big groups, three small
+  for (DType dt : kDtypes) {
+    for (const KernelPath &k : kKernels) {
+      if (k.kernel == KernelChoice::kReference) continue;
+      p.dt = dt;
+      std::vector<std::vector<uint8_t>> results;
+      for (int threads : {1, 2, 4}) {
+        Data d = make(p);
+        ASSERT_TRUE(run(d, options_for(p, k.kernel, k.path, threads)).ok());
+        if (threads == 1) {
+          EXPECT_EQ(check(d, k.name), 0);
+        }
+        results.push_back(d.out);
+      }
+      EXPECT_TRUE(results[0] == results[1]) << dtype_name(dt) << " " << k.name << ": 1 vs 2 threads";
+      EXPECT_TRUE(results[0] == results[2]) << dtype_name(dt) << " " << k.name << ": 1 vs 4 threads";
+    }
+  }
+}
+
+// ---- refusals: the code, a message naming the argument, nothing written ----
+
+struct Refusal {
+  const char *name;
+  StatusCode code;
+  const char *needle;  // in the message
+};
+
+void expect_refused(Data &d, const AddLoraOptions &o, StatusCode code, const char *needle) {
+  const std::vector<uint8_t> out_before = out_buf(d), y_before = d.y;
+  const Status s = run(d, o);
+  EXPECT_EQ(s.code(), code) << s.message();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().rfind("AddLora: ", 0), 0u) << s.message();
+  EXPECT_TRUE(out_buf(d) == out_before) << "out was written";
+  EXPECT_TRUE(d.y == y_before) << "y was written";
+}
+
+TEST(AddLoraRefusals, ShapesAttributesAndIndices) {
+  Problem p;
+  p.B = 6;
+  p.H1 = 20;
+  p.H2 = 12;
+  p.H3 = 16;
+  p.R = 4;
+  p.W = 3;
+  p.L = 2;
+  p.seed = 90;
+  for (bool in_place : {false, true}) {
+    p.in_place = in_place;
+    {
+      p.indices = {0, 1, 2, 3, 4, 1};  // 4 > W
+      Data d = make(p);
+      expect_refused(d, options_for(p), StatusCode::kShapeMismatch, "indices[4] = 4");
+    }
+    p.indices = {0, 1, 2, 3, -1, 1};
+    Data d = make(p);
+    AddLoraOptions o = options_for(p);
+    o.y_offset = 5;  // 5 + 12 > 16
+    expect_refused(d, o, StatusCode::kShapeMismatch, "yOffset = 5");
+    o = options_for(p);
+    o.y_offset = -1;
+    expect_refused(d, o, StatusCode::kShapeMismatch, "yOffset = -1");
+    o = options_for(p);
+    o.y_slice_size = 11;
+    expect_refused(d, o, StatusCode::kShapeMismatch, "ySliceSize = 11");
+    o = options_for(p);
+    o.layer_idx = 2;
+    expect_refused(d, o, StatusCode::kShapeMismatch, "layerIdx = 2");
+    o = options_for(p);
+    o.layer_idx = -1;
+    expect_refused(d, o, StatusCode::kShapeMismatch, "layerIdx = -1");
+    o = options_for(p);
+    o.scale = 1e300;
+    expect_refused(d, o, StatusCode::kInvalidArgument, "scale");
+    o = options_for(p);
+    o.y_slice_size = 12;
+    EXPECT_TRUE(run(d, o).ok());
+  }
+}
+
+TEST(AddLoraRefusals, TensorsDtypesLayoutsOverlap) {
+  Problem p;
+  p.B = 6;
+  p.H1 = 20;
+  p.H2 = 12;
+  p.H3 = 16;
+  p.R = 4;
+  p.W = 3;
+  p.seed = 91;
+  Data d = make(p);
+  const AddLoraOptions o = options_for(p);
+  auto refuse = [&](TensorView y, TensorView x, TensorView wb, TensorView idx, TensorView wa, TensorView out,
+                    StatusCode code, const char *needle) {
+    const std::vector<uint8_t> out_before = d.out, y_before = d.y;
+    const Status s = add_lora(y, x, wb, idx, wa, out, o);
+    EXPECT_EQ(s.code(), code) << s.message();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+    EXPECT_TRUE(d.out == out_before && d.y == y_before) << needle;
+  };
+  refuse(TensorView(), d.vx, d.vb, d.vi, d.va, d.vo, StatusCode::kNullPointer, "y is null");
+  refuse(d.vy, d.vx, TensorView(), d.vi, d.va, d.vo, StatusCode::kNullPointer, "weightB is null");
+  refuse(d.vy, d.vx, d.vb, d.vi, d.va, TensorView(), StatusCode::kNullPointer, "out is null");
+  TensorView bad = d.vx;
+  bad.dtype = DType::kBFloat16;
+  refuse(d.vy, bad, d.vb, d.vi, d.va, d.vo, StatusCode::kInvalidArgument, "x has dtype bfloat16");
+  bad = d.vy;
+  bad.dtype = DType::kInt32;
+  refuse(bad, d.vx, d.vb, d.vi, d.va, d.vo, StatusCode::kInvalidArgument, "y has dtype int32");
+  std::vector<int64_t> idx64(6, 0);
+  refuse(d.vy, d.vx, d.vb, TensorView::of(idx64.data(), {6}), d.va, d.vo, StatusCode::kInvalidArgument,
+         "indices has dtype int64");
+  // Shapes (561002).
+  refuse(d.vy, TensorView::contiguous(d.x.data(), p.dt, {5, 20}), d.vb, d.vi, d.va, d.vo,
+         StatusCode::kShapeMismatch, "x has 5 rows");
+  refuse(d.vy, d.vx, d.vb, TensorView::of(d.idx.data(), {5}), d.va, d.vo, StatusCode::kShapeMismatch,
+         "indices has 5 entries");
+  refuse(d.vy, d.vx, d.vb, d.vi, TensorView::contiguous(d.wa.data(), p.dt, {3, 1, 4, 19}), d.vo,
+         StatusCode::kShapeMismatch, "H1 = 19");
+  refuse(d.vy, d.vx, d.vb, d.vi, TensorView::contiguous(d.wa.data(), p.dt, {3, 1, 2, 20}), d.vo,
+         StatusCode::kShapeMismatch, "rank 2");
+  refuse(d.vy, d.vx, d.vb, d.vi, TensorView::contiguous(d.wa.data(), p.dt, {2, 1, 4, 20}), d.vo,
+         StatusCode::kShapeMismatch, "must agree on [W, L]");
+  refuse(d.vy, d.vx, d.vb, d.vi, TensorView(), d.vo, StatusCode::kShapeMismatch, "without weightAOptional");
+  refuse(d.vy, d.vx, TensorView::contiguous(d.wb.data(), p.dt, {3, 12, 4}), d.vi, d.va, d.vo,
+         StatusCode::kShapeMismatch, "weightB must be 4-D");
+  refuse(d.vy, d.vx, d.vb, d.vi, d.va, TensorView::contiguous(d.out.data(), p.dt, {6, 15}),
+         StatusCode::kShapeMismatch, "out has shape [6, 15]");
+  refuse(d.vy, d.vx, TensorView::contiguous(d.wb.data(), p.dt, {3, 1, 17, 4}), d.vi, d.va, d.vo,
+         StatusCode::kShapeMismatch, "yOffset");
+  refuse(TensorView::contiguous(d.y.data(), p.dt, {0, 16}), TensorView::contiguous(d.x.data(), p.dt, {0, 20}), d.vb,
+         TensorView::of(d.idx.data(), {0}), d.va, TensorView::contiguous(d.out.data(), p.dt, {0, 16}),
+         StatusCode::kShapeMismatch, "positive");
+  // Layouts and overlap (161002).
+  refuse(d.vy, TensorView::strided(d.x.data(), p.dt, {6, 10}, {20, 2}), d.vb, d.vi, d.va, d.vo,
+         StatusCode::kInvalidArgument, "contiguous innermost");
+  refuse(d.vy, d.vx, d.vb, d.vi, d.va, TensorView::strided(d.out.data(), p.dt, {6, 16}, {8, 1}),
+         StatusCode::kInvalidArgument, "rows overlap");
+  refuse(d.vy, d.vx, d.vb, d.vi, d.va,
+         TensorView::strided(d.y.data() + dtype_size(p.dt), p.dt, {6, 16}, {16, 1}),
+         StatusCode::kInvalidArgument, "out overlaps y");
+  refuse(d.vy, d.vx, d.vb, d.vi, d.va, TensorView::contiguous(d.x.data(), p.dt, {6, 16}),
+         StatusCode::kInvalidArgument, "out overlaps x");
+  // A slice of a wider buffer next to y's columns is not an overlap.
+  std::vector<uint8_t> wide(static_cast<size_t>(6 * 40) * dtype_size(p.dt));
+  const Problem q = p;
+  for (int64_t i = 0; i < 6 * 16; ++i) set(q.dt, wide, (i / 16) * 40 + i % 16, static_cast<float>(get(q.dt, d.y, i)));
+  const TensorView wy = TensorView::strided(wide.data(), p.dt, {6, 16}, {40, 1});
+  const TensorView wo = TensorView::strided(wide.data() + 20 * dtype_size(p.dt), p.dt, {6, 16}, {40, 1});
+  EXPECT_TRUE(add_lora(wy, d.vx, d.vb, d.vi, d.va, wo, o).ok());
+}
+
+// ---- the aclnn face ----
+
+aclTensor *acl_tensor(std::vector<int64_t> shape, aclDataType dt, void *data, const int64_t *strides = nullptr) {
+  return aclCreateTensor(shape.data(), shape.size(), dt, strides, 0, ACL_FORMAT_ND, shape.data(), shape.size(), data);
+}
+
+TEST(AclnnAddLora, RunsAndRefuses) {
+  Problem p;
+  p.B = 5;
+  p.H1 = 32;
+  p.H2 = 16;
+  p.H3 = 48;
+  p.R = 16;
+  p.W = 2;
+  p.in_place = true;
+  p.seed = 100;
+  p.indices = {0, 1, 2, -1, 1};
+  Data d = make(p);
+  aclTensor *y = acl_tensor({5, 48}, ACL_FLOAT16, d.y.data());
+  aclTensor *x = acl_tensor({5, 32}, ACL_FLOAT16, d.x.data());
+  aclTensor *wb = acl_tensor({2, 1, 16, 16}, ACL_FLOAT16, d.wb.data());
+  aclTensor *wa = acl_tensor({2, 1, 16, 32}, ACL_FLOAT16, d.wa.data());
+  aclTensor *idx = acl_tensor({5}, ACL_INT32, d.idx.data());
+  uint64_t ws = 0;
+  aclOpExecutor *ex = nullptr;
+  // Phase one refusals.
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 40, -1, y, &ws, &ex), 561002);
+  EXPECT_EQ(std::string(aclGetRecentErrMsg()).rfind("aclnnAddLora: yOffset = 40", 0), 0u) << aclGetRecentErrMsg();
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 15, y, &ws, &ex), 561002);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 1, 1.0, 0, 16, y, &ws, &ex), 561002);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(nullptr, x, wb, idx, wa, 0, 1.0, 0, 16, y, &ws, &ex), 161001);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 16, nullptr, &ws, &ex), 161001);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 16, y, nullptr, &ex), 161001);
+  // weightA absent with H1 != R.
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, nullptr, 0, 1.0, 0, 16, y, &ws, &ex), 561002);
+  // Phase two: index 2 == W is "no adapter"; in place, slice at 32.
+  ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 32, 16, y, &ws, &ex), 0) << aclGetRecentErrMsg();
+  std::vector<char> workspace(ws);
+  EXPECT_EQ(aclnnAddLora(workspace.data(), ws, ex, nullptr), 0) << aclGetRecentErrMsg();
+  p.y_offset = 32;
+  d.p.y_offset = 32;
+  EXPECT_EQ(check(d, "aclnn in place"), 0);
+  // An index above W in phase two: 561002, the row named, nothing written.
+  d.idx[3] = 7;
+  const std::vector<uint8_t> before = d.y;
+  ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, -1, y, &ws, &ex), 0);
+  EXPECT_EQ(aclnnAddLora(workspace.data(), ws, ex, nullptr), 561002);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("aclnnAddLora: indices[3] = 7 but weightB has 2 adapters"),
+            std::string::npos)
+      << aclGetRecentErrMsg();
+  EXPECT_TRUE(d.y == before);
+  for (aclTensor *t : {y, x, wb, wa, idx}) aclDestroyTensor(t);
+}
+
+}  // namespace
+}  // namespace fusekit
