@@ -1,0 +1,105 @@
+// aclnnApplyAdamWQuant: the aclnn face over fusekit::ApplyAdamWQuant.
+#include "aclnnop/aclnn_apply_adam_w_quant.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "common/str_cat.h"
+#include "fusekit/apply_adam_w_quant.h"
+#include "runtime/acl_tensor.h"
+#include "runtime/executor.h"
+
+namespace fusekit {
+namespace {
+
+constexpr const char *kOp = "aclnnApplyAdamWQuant";
+
+// The C++ API names itself "ApplyAdamWQuant"; on this path messages carry the aclnn name.
+Status renamed(Status s) {
+  if (s.ok() || s.message().rfind("ApplyAdamWQuant:", 0) != 0) return s;
+  return Status(s.code(), std::string("aclnn") + s.message());
+}
+
+class ApplyAdamWQuantExecutor final : public aclOpExecutor {
+ public:
+  ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const TensorView &step)
+      : aclOpExecutor(kOp), plan_(plan), step_(step) {}
+  uint64_t workspace_size() const override { return plan_.workspace_size(); }
+  Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
+    const int64_t step = *step_.as<const int64_t>();  // read when phase two runs
+    ApplyAdamWQuantStats stats;
+    Status st = renamed(plan_.run(step, workspace, workspace_size, &stats));
+    if (st.ok() && stats.blocks_skipped_nonfinite > 0) {
+      *warning = str_cat(kOp, ": warning: ", stats.blocks_skipped_nonfinite, " of ", plan_.num_blocks(),
+                         " blocks were left unchanged because their gradient is not finite");
+    }
+    return st;
+  }
+
+ private:
+  ApplyAdamWQuant plan_;
+  TensorView step_;
+};
+
+}  // namespace
+}  // namespace fusekit
+
+using namespace fusekit;
+
+extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
+    aclTensor *varRef, const aclTensor *grad, aclTensor *mRef, aclTensor *vRef, const aclTensor *qmapM,
+    const aclTensor *qmapV, aclTensor *absmaxMRef, aclTensor *absmaxVRef, const aclTensor *step, double lr,
+    double beta1, double beta2, double weightDecay, double eps, double gnormScale, char *quantModeOptional,
+    int64_t blockSize, uint64_t *workspaceSize, aclOpExecutor **executor) {
+  TensorView var, g, m, v, qm, qv, am, av, s;
+  Status st = view_of(varRef, kOp, "varRef", &var);
+  if (st.ok()) st = view_of(grad, kOp, "grad", &g);
+  if (st.ok()) st = view_of(mRef, kOp, "mRef", &m);
+  if (st.ok()) st = view_of(vRef, kOp, "vRef", &v);
+  if (st.ok()) st = view_of(qmapM, kOp, "qmapM", &qm);
+  if (st.ok()) st = view_of(qmapV, kOp, "qmapV", &qv);
+  if (st.ok()) st = view_of(absmaxMRef, kOp, "absmaxMRef", &am);
+  if (st.ok()) st = view_of(absmaxVRef, kOp, "absmaxVRef", &av);
+  if (st.ok()) st = view_of(step, kOp, "step", &s);
+  if (st.ok() && workspaceSize == nullptr) st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+  if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+  if (st.ok() && (s.dtype != DType::kInt64 || s.ndim != 1 || s.shape[0] != 1)) {
+    st = Status::Invalid(str_cat(kOp, ": step must be int64 [1], got ", dtype_name(s.dtype), " ", s.shape_string()));
+  }
+  if (st.ok() && s.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": step has no data"));
+  if (st.ok() && blockSize != kAdamWQuantBlockSize) {
+    st = Status::Invalid(str_cat(kOp, ": blockSize = ", blockSize, "; only 256 is supported"));
+  }
+  if (st.ok() && quantModeOptional != nullptr && std::strcmp(quantModeOptional, "BLOCKWISE") != 0) {
+    st = Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
+                                 "\"; only null or \"BLOCKWISE\" is supported"));
+  }
+  if (st.ok()) {
+    const std::pair<const TensorView *, const char *> outs[] = {
+        {&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}};
+    for (const auto &[t, name] : outs) {
+      if (st.ok() && t->overlaps(s)) st = Status::Invalid(str_cat(kOp, ": step and ", name, " overlap in memory"));
+    }
+  }
+  ApplyAdamWQuant plan;
+  if (st.ok()) {
+    ApplyAdamWQuantOptions options;
+    options.lr = lr;
+    options.beta1 = beta1;
+    options.beta2 = beta2;
+    options.weight_decay = weightDecay;
+    options.eps = eps;
+    options.gnorm_scale = gnormScale;
+    options.block_size = blockSize;
+    st = renamed(ApplyAdamWQuant::plan(var, g, m, v, qm, qv, am, av, options, &plan));
+  }
+  std::unique_ptr<aclOpExecutor> ex;
+  if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, s);
+  return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+}
+
+extern "C" aclnnStatus aclnnApplyAdamWQuant(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                            aclrtStream stream) {
+  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+}

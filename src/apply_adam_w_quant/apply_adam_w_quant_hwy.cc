@@ -1,0 +1,317 @@
+// ApplyAdamWQuant and AdamW, the optimized kernels: Highway SIMD within a block of 256 elements,
+// compiled for every x86 target Highway builds and dispatched at run time. The same float32
+// operations in the same order as the reference kernel (no FMA), so results are bitwise equal.
+//
+// Per block: (1) a finite check of the gradient; (2) dequantize (a gather from the 256-float map),
+// the Adam update, var stored, the new m and v kept in two 1 KiB buffers, their block maxima;
+// (3) requantize: the nearest code by a table lookup over the normalized value's float bits and
+// one or two comparisons with the decision thresholds (or, without the table, 8 branch-free steps).
+//
+// The 16-bit stores round to nearest-even in integer arithmetic (bfloat16) or with F16C (float16 on
+// AVX2 and up); Highway 1.0.3's own bfloat16 demotion truncates, and its float16 emulation below
+// AVX2 does too, so neither is used.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "apply_adam_w_quant/apply_adam_w_quant_hwy.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "fusekit/float16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fusekit::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {  // internal linkage: no clash with other operators' kernels of the same names
+
+#undef FUSEKIT_AWQ_HW_F16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define FUSEKIT_AWQ_HW_F16 1
+#else
+#define FUSEKIT_AWQ_HW_F16 0
+#endif
+
+constexpr int64_t kBlock = 256;
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// ---- widening loads and rounding stores ------------------------------------------------------
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadWide(DF df, const float *p) {
+  return hn::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadWide(DF df, const bfloat16_t *p) {
+  const hn::Rebind<hwy::bfloat16_t, DF> db;
+  return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t *>(p)));
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadWide(DF df, const float16_t *p) {
+#if FUSEKIT_AWQ_HW_F16
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t *>(p)));
+#else
+  HWY_ALIGN float tmp[kMaxLanes];
+  for (size_t i = 0; i < hn::Lanes(df); ++i) tmp[i] = half_bits_to_float(p[i].bits);
+  return hn::Load(df, tmp);
+#endif
+}
+
+template <class DF>
+HWY_INLINE void StoreNarrow(DF df, hn::Vec<DF> w, float *p) {
+  hn::StoreU(w, df, p);
+}
+template <class DF>
+HWY_INLINE void StoreNarrow(DF /* df */, hn::Vec<DF> w, bfloat16_t *p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> d16;
+  const auto bits = hn::BitCast(du, w);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
+  const auto quiet_nan = hn::ShiftRight<16>(hn::Or(bits, hn::Set(du, 0x00400000u)));
+  const auto r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(w)), quiet_nan, rounded);
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, reinterpret_cast<uint16_t *>(p));
+}
+template <class DF>
+HWY_INLINE void StoreNarrow(DF df, hn::Vec<DF> w, float16_t *p) {
+#if FUSEKIT_AWQ_HW_F16
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  hn::StoreU(hn::DemoteTo(dh, w), dh, reinterpret_cast<hwy::float16_t *>(p));
+#else
+  HWY_ALIGN float tmp[kMaxLanes];
+  hn::Store(w, df, tmp);
+  for (size_t i = 0; i < hn::Lanes(df); ++i) p[i].bits = float_to_half_bits(tmp[i]);
+#endif
+}
+
+// ---- the nearest code ------------------------------------------------------------------------
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t, hn::Vec<DF> x) {
+  const hn::RebindToSigned<DF> di;
+  const hn::RebindToUnsigned<DF> du;
+  x = hn::IfThenZeroElse(hn::IsNaN(x), x);
+  hn::Vec<decltype(di)> c;
+  if (t.lut != nullptr) {
+    const auto bits = hn::BitCast(du, x);
+    const auto flip = hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+    const auto bucket = hn::ShiftRight<16>(hn::Xor(bits, flip));
+    c = hn::And(hn::GatherOffset(di, reinterpret_cast<const int32_t *>(t.lut), hn::BitCast(di, bucket)),
+                hn::Set(di, 0xff));
+    for (int s = 0; s < t.refine_steps; ++s) {
+      const auto th = hn::GatherIndex(df, t.thr, c);
+      c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(x, th))));
+    }
+  } else {
+    c = hn::Zero(di);
+    for (int step = 128; step > 0; step >>= 1) {
+      const auto cand = hn::Add(c, hn::Set(di, step));
+      const auto th = hn::GatherIndex(df, t.thr, hn::Sub(cand, hn::Set(di, 1)));
+      c = hn::IfThenElse(hn::RebindMask(di, hn::Ge(x, th)), cand, c);
+    }
+  }
+  auto code = t.identity_first ? c : hn::GatherIndex(di, t.first, c);
+  if (t.sign_fix) {
+    const auto zero = hn::Zero(df);
+    const auto qc = hn::GatherIndex(df, t.q, code);
+    const auto need = hn::RebindMask(di, hn::Lt(hn::Mul(x, qc), zero));
+    const auto dir = hn::IfThenElse(hn::RebindMask(di, hn::Gt(x, zero)), hn::Set(di, 1), hn::Set(di, -1));
+    const auto moved = hn::Min(hn::Max(hn::Add(code, dir), hn::Zero(di)), hn::Set(di, 255));
+    code = hn::IfThenElse(need, moved, code);
+  }
+  return code;
+}
+
+template <typename T>
+int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  const auto zero = hn::Zero(df);
+  const auto vb1 = hn::Set(df, a.beta1), vb2 = hn::Set(df, a.beta2);
+  const auto vomb1 = hn::Set(df, a.one_minus_beta1), vomb2 = hn::Set(df, a.one_minus_beta2);
+  const auto vgs = hn::Set(df, a.gnorm_scale), vstep = hn::Set(df, a.step_size);
+  const auto veps = hn::Set(df, a.eps_c2s), vdecay = hn::Set(df, a.decay);
+  HWY_ALIGN float m_new[kBlock];
+  HWY_ALIGN float v_new[kBlock];
+  int64_t skipped = 0;
+
+  for (int64_t b = begin; b < end; ++b) {
+    const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
+    const int64_t vec_len = len / N * N;
+    // (1) Finite check: g * 0 is 0 for finite g and NaN for Inf or NaN.
+    auto acc = zero;
+    for (int64_t j = 0; j < vec_len; j += N) acc = hn::Add(acc, hn::Mul(LoadWide(df, grad + lo + j), zero));
+    bool finite = hn::AllTrue(df, hn::Eq(acc, zero));
+    for (int64_t j = vec_len; j < len; ++j) finite = finite && std::isfinite(to_float(grad[lo + j]));
+    if (!finite) {
+      ++skipped;
+      continue;
+    }
+    // (2) The Adam update.
+    float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
+    const float scale_m = *absmax_m, scale_v = *absmax_v;
+    const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+    auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < vec_len; j += N) {
+      const int64_t i = lo + j;
+      const auto g = hn::Mul(LoadWide(df, grad + i), vgs);
+      const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
+      const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
+      auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
+      auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
+      m = hn::Add(hn::Mul(m, vb1), hn::Mul(g, vomb1));
+      v = hn::Add(hn::Mul(v, vb2), hn::Mul(hn::Mul(g, g), vomb2));
+      auto w = LoadWide(df, var + i);
+      w = hn::Add(w, hn::Div(hn::Mul(m, vstep), hn::Add(hn::Sqrt(v), veps)));
+      if (a.apply_decay) w = hn::Mul(w, vdecay);
+      StoreNarrow(df, w, var + i);
+      hn::Store(m, df, m_new + j);
+      hn::Store(v, df, v_new + j);
+      acc_m = hn::Max(hn::Abs(m), acc_m);
+      acc_v = hn::Max(v, acc_v);
+    }
+    float max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
+    float max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+    for (int64_t j = vec_len; j < len; ++j) {
+      const int64_t i = lo + j;
+      const float g = to_float(grad[i]) * a.gnorm_scale;
+      float m = a.map_m.q[a.m[i]] * scale_m;
+      float v = a.map_v.q[a.v[i]] * scale_v;
+      m = m * a.beta1 + g * a.one_minus_beta1;
+      v = v * a.beta2 + (g * g) * a.one_minus_beta2;
+      float w = to_float(var[i]);
+      w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
+      if (a.apply_decay) w = w * a.decay;
+      var[i] = from_float<T>(w);
+      m_new[j] = m;
+      v_new[j] = v;
+      max_m = std::max(max_m, std::fabs(m));
+      max_v = std::max(max_v, v);
+    }
+    max_m = max_m + 0.0f;
+    max_v = max_v + 0.0f;
+    *absmax_m = max_m;
+    *absmax_v = max_v;
+    // (3) Requantize.
+    const float div_m = max_m == 0.0f ? 1.0f : max_m;
+    const float div_v = max_v == 0.0f ? 1.0f : max_v;
+    const auto vdiv_m = hn::Set(df, div_m), vdiv_v = hn::Set(df, div_v);
+    for (int64_t j = 0; j < vec_len; j += N) {
+      const auto cm = Codes(df, a.map_m, hn::Div(hn::Load(df, m_new + j), vdiv_m));
+      const auto cv = Codes(df, a.map_v, hn::Div(hn::Load(df, v_new + j), vdiv_v));
+      hn::StoreU(hn::DemoteTo(d8, cm), d8, a.m + lo + j);
+      hn::StoreU(hn::DemoteTo(d8, cv), d8, a.v + lo + j);
+    }
+    for (int64_t j = vec_len; j < len; ++j) {
+      a.m[lo + j] = quant_code_reference(a.map_m, m_new[j] / div_m);
+      a.v[lo + j] = quant_code_reference(a.map_v, v_new[j] / div_v);
+    }
+  }
+  return skipped;
+}
+
+int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  switch (a.dtype) {
+    case DType::kFloat16: return QuantBlocks<float16_t>(a, begin, end);
+    case DType::kBFloat16: return QuantBlocks<bfloat16_t>(a, begin, end);
+    default: return QuantBlocks<float>(a, begin, end);
+  }
+}
+
+template <typename T>
+int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  const auto zero = hn::Zero(df);
+  const auto vb1 = hn::Set(df, a.beta1), vb2 = hn::Set(df, a.beta2);
+  const auto vomb1 = hn::Set(df, a.one_minus_beta1), vomb2 = hn::Set(df, a.one_minus_beta2);
+  const auto vgs = hn::Set(df, a.gnorm_scale), vstep = hn::Set(df, a.step_size);
+  const auto veps = hn::Set(df, a.eps_c2s), vdecay = hn::Set(df, a.decay);
+  int64_t skipped = 0;
+  auto scalar = [&](int64_t i) {
+    const float gr = to_float(grad[i]);
+    if (!std::isfinite(gr)) {
+      ++skipped;
+      return;
+    }
+    const float g = gr * a.gnorm_scale;
+    const float m = a.m[i] * a.beta1 + g * a.one_minus_beta1;
+    const float v = a.v[i] * a.beta2 + (g * g) * a.one_minus_beta2;
+    float w = to_float(var[i]);
+    w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
+    if (a.apply_decay) w = w * a.decay;
+    var[i] = from_float<T>(w);
+    a.m[i] = m;
+    a.v[i] = v;
+  };
+  int64_t i = begin;
+  for (; i + N <= end; i += N) {
+    const auto gr = LoadWide(df, grad + i);
+    if (!hn::AllTrue(df, hn::Eq(hn::Mul(gr, zero), zero))) {
+      for (int64_t k = i; k < i + N; ++k) scalar(k);
+      continue;
+    }
+    const auto g = hn::Mul(gr, vgs);
+    const auto m = hn::Add(hn::Mul(hn::LoadU(df, a.m + i), vb1), hn::Mul(g, vomb1));
+    const auto v = hn::Add(hn::Mul(hn::LoadU(df, a.v + i), vb2), hn::Mul(hn::Mul(g, g), vomb2));
+    auto w = LoadWide(df, var + i);
+    w = hn::Add(w, hn::Div(hn::Mul(m, vstep), hn::Add(hn::Sqrt(v), veps)));
+    if (a.apply_decay) w = hn::Mul(w, vdecay);
+    StoreNarrow(df, w, var + i);
+    hn::StoreU(m, df, a.m + i);
+    hn::StoreU(v, df, a.v + i);
+  }
+  for (; i < end; ++i) scalar(i);
+  return skipped;
+}
+
+int64_t AdamWElements(const AdamWArgs &a, int64_t begin, int64_t end) {
+  switch (a.dtype) {
+    case DType::kFloat16: return Elements<float16_t>(a, begin, end);
+    case DType::kBFloat16: return Elements<bfloat16_t>(a, begin, end);
+    default: return Elements<float>(a, begin, end);
+  }
+}
+
+const char *TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace
+}  // namespace fusekit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fusekit {
+HWY_EXPORT(AdamWQuantBlocks);
+HWY_EXPORT(AdamWElements);
+HWY_EXPORT(TargetName);
+
+namespace {
+void init_targets() {
+  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+}  // namespace
+
+AdamWQuantBlocksFn adam_w_quant_blocks_optimized() {
+  init_targets();
+  return HWY_DYNAMIC_DISPATCH(AdamWQuantBlocks);
+}
+AdamWElementsFn adam_w_elements_optimized() {
+  init_targets();
+  return HWY_DYNAMIC_DISPATCH(AdamWElements);
+}
+const char *adam_w_quant_optimized_target() {
+  init_targets();
+  return HWY_DYNAMIC_DISPATCH(TargetName)();
+}
+
+}  // namespace fusekit
+#endif  // HWY_ONCE

@@ -1,0 +1,105 @@
+// ApplyAdamWQuant and AdamW, the plain scalar kernels: one element at a time, the same float32
+// operations in the same order as the optimized kernels and the NumPy golden (bitwise equal).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "fusekit/float16.h"
+
+namespace fusekit {
+namespace {
+
+constexpr int64_t kBlock = 256;
+
+template <typename T>
+int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  int64_t skipped = 0;
+  float m_new[kBlock], v_new[kBlock];
+  for (int64_t b = begin; b < end; ++b) {
+    const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
+    bool finite = true;
+    for (int64_t j = 0; j < len; ++j) finite = finite && std::isfinite(to_float(grad[lo + j]));
+    if (!finite) {
+      ++skipped;
+      continue;
+    }
+    float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
+    const float scale_m = *absmax_m, scale_v = *absmax_v;
+    float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = lo + j;
+      const float g = to_float(grad[i]) * a.gnorm_scale;
+      float m = a.map_m.q[a.m[i]] * scale_m;
+      float v = a.map_v.q[a.v[i]] * scale_v;
+      m = m * a.beta1 + g * a.one_minus_beta1;
+      v = v * a.beta2 + (g * g) * a.one_minus_beta2;
+      float w = to_float(var[i]);
+      w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
+      if (a.apply_decay) w = w * a.decay;
+      var[i] = from_float<T>(w);
+      m_new[j] = m;
+      v_new[j] = v;
+      max_m = std::max(max_m, std::fabs(m));
+      max_v = std::max(max_v, v);
+    }
+    max_m = max_m + 0.0f;  // -0 becomes +0
+    max_v = max_v + 0.0f;
+    *absmax_m = max_m;
+    *absmax_v = max_v;
+    const float div_m = max_m == 0.0f ? 1.0f : max_m;
+    const float div_v = max_v == 0.0f ? 1.0f : max_v;
+    for (int64_t j = 0; j < len; ++j) {
+      a.m[lo + j] = quant_code_reference(a.map_m, m_new[j] / div_m);
+      a.v[lo + j] = quant_code_reference(a.map_v, v_new[j] / div_v);
+    }
+  }
+  return skipped;
+}
+
+template <typename T>
+int64_t adam_w_elements(const AdamWArgs &a, int64_t begin, int64_t end) {
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  int64_t skipped = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const float gr = to_float(grad[i]);
+    if (!std::isfinite(gr)) {
+      ++skipped;
+      continue;
+    }
+    const float g = gr * a.gnorm_scale;
+    const float m = a.m[i] * a.beta1 + g * a.one_minus_beta1;
+    const float v = a.v[i] * a.beta2 + (g * g) * a.one_minus_beta2;
+    float w = to_float(var[i]);
+    w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
+    if (a.apply_decay) w = w * a.decay;
+    var[i] = from_float<T>(w);
+    a.m[i] = m;
+    a.v[i] = v;
+  }
+  return skipped;
+}
+
+}  // namespace
+
+int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  switch (a.dtype) {
+    case DType::kFloat16: return quant_blocks<float16_t>(a, begin, end);
+    case DType::kBFloat16: return quant_blocks<bfloat16_t>(a, begin, end);
+    default: return quant_blocks<float>(a, begin, end);
+  }
+}
+
+int64_t adam_w_elements_reference(const AdamWArgs &a, int64_t begin, int64_t end) {
+  switch (a.dtype) {
+    case DType::kFloat16: return adam_w_elements<float16_t>(a, begin, end);
+    case DType::kBFloat16: return adam_w_elements<bfloat16_t>(a, begin, end);
+    default: return adam_w_elements<float>(a, begin, end);
+  }
+}
+
+}  // namespace fusekit

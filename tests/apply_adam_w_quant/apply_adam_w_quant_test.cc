@@ -1,0 +1,935 @@
+// ApplyAdamWQuant and AdamW: every expected value comes from the oracle below, a plain float32
+// scalar implementation of spec/apply_adam_w_quant.md written independently of the library: the
+// nearest code by std::lower_bound over the map and a float32 comparison of the two bracketing
+// distances (no thresholds, no tables), 16-bit conversions by _Float16 and by integer rounding
+// written here. The spec fixes every float32 operation, so var and absmax must match bit for bit
+// and codes exactly, on every SIMD target, kernel, search method and thread count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_apply_adam_w_quant.h"
+#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "common/simd_targets.h"
+#include "common/test_util.h"
+#include "fusekit/apply_adam_w_quant.h"
+#include "fusekit/threading.h"
+
+namespace {
+
+using fusekit::AdamWOptions;
+using fusekit::AdamWStats;
+using fusekit::ApplyAdamWQuant;
+using fusekit::ApplyAdamWQuantOptions;
+using fusekit::ApplyAdamWQuantStats;
+using fusekit::DType;
+using fusekit::KernelChoice;
+using fusekit::QuantSearch;
+using fusekit::Status;
+using fusekit::StatusCode;
+using fusekit::TensorView;
+using fusekit::testing::rng_for;
+using fusekit::testing::uniform;
+using Map = std::array<float, 256>;
+
+// ---- independent 16-bit conversions ----------------------------------------------------------
+float widen(DType t, uint16_t bits) {
+  if (t == DType::kBFloat16) return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  return static_cast<float>(std::bit_cast<_Float16>(bits));
+}
+uint16_t narrow(DType t, float f) {
+  if (t == DType::kFloat16) return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  uint32_t upper = x >> 16;
+  const uint32_t rem = x & 0xffffu;
+  if (rem > 0x8000u || (rem == 0x8000u && (upper & 1u) != 0)) ++upper;
+  return static_cast<uint16_t>(upper);
+}
+
+// Storage for var or grad in any of the three dtypes.
+struct FloatBuf {
+  DType dtype = DType::kFloat32;
+  std::vector<float> f32;
+  std::vector<uint16_t> h;
+  FloatBuf() = default;
+  FloatBuf(DType t, const std::vector<float> &values) : dtype(t) {
+    if (t == DType::kFloat32) {
+      f32 = values;
+    } else {
+      for (float x : values) h.push_back(narrow(t, x));
+    }
+  }
+  size_t size() const { return dtype == DType::kFloat32 ? f32.size() : h.size(); }
+  float get(size_t i) const { return dtype == DType::kFloat32 ? f32[i] : widen(dtype, h[i]); }
+  void set(size_t i, float x) {
+    if (dtype == DType::kFloat32) {
+      f32[i] = x;
+    } else {
+      h[i] = narrow(dtype, x);
+    }
+  }
+  uint32_t bits(size_t i) const { return dtype == DType::kFloat32 ? std::bit_cast<uint32_t>(f32[i]) : h[i]; }
+  void *data() { return dtype == DType::kFloat32 ? static_cast<void *>(f32.data()) : static_cast<void *>(h.data()); }
+  TensorView view() { return TensorView::contiguous(data(), dtype, {static_cast<int64_t>(size())}); }
+};
+
+// ---- maps --------------------------------------------------------------------------------------
+Map linspace_map(float lo, float hi) {
+  Map q;
+  for (int i = 0; i < 256; ++i) q[i] = static_cast<float>(lo + (hi - lo) * i / 255.0);
+  return q;
+}
+// bitsandbytes' construction, written out again: decades 1e-6 .. 1, midpoints of [0.1, 1] splits.
+Map dynamic_oracle(bool is_signed) {
+  std::vector<double> d;
+  for (int i = 0; i < 7; ++i) {
+    const int parts = is_signed ? (1 << i) : (2 << i);
+    for (int k = 0; k < parts; ++k) {
+      const double mid = ((0.1 + 0.9 * k / parts) + (0.1 + 0.9 * (k + 1) / parts)) / 2.0;
+      d.push_back(std::pow(10.0, i - 6) * mid);
+      if (is_signed) d.push_back(-std::pow(10.0, i - 6) * mid);
+    }
+  }
+  d.push_back(0.0);
+  d.push_back(1.0);
+  std::sort(d.begin(), d.end());
+  Map q;
+  for (int i = 0; i < 256; ++i) q[i] = static_cast<float>(d[i]);
+  return q;
+}
+
+// ---- the oracle --------------------------------------------------------------------------------
+int nearest_code(const Map &q, float x, bool sign_fix) {
+  if (std::isnan(x)) x = 0.0f;
+  int hi = static_cast<int>(std::lower_bound(q.begin(), q.end(), x) - q.begin());
+  if (hi == 256) hi = 255;
+  const int lo = std::max(hi - 1, 0);
+  const float d_hi = q[hi] - x, d_lo = x - q[lo];
+  const int pick = d_hi < d_lo ? hi : lo;
+  int code = static_cast<int>(std::lower_bound(q.begin(), q.end(), q[pick]) - q.begin());
+  if (sign_fix && q[0] < 0.0f && x * q[code] < 0.0f) code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, 255);
+  return code;
+}
+
+struct Hyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0, eps = 1e-8, gnorm = 1.0;
+  int64_t step = 10;
+};
+
+struct Scal {
+  float b1, b2, omb1, omb2, gs, step_size, eps_c2s, decay;
+  bool apply_decay;
+};
+Scal scalars(const Hyper &h) {
+  Scal s;
+  s.b1 = static_cast<float>(h.beta1);
+  s.b2 = static_cast<float>(h.beta2);
+  const float lr = static_cast<float>(h.lr), wd = static_cast<float>(h.wd), eps = static_cast<float>(h.eps);
+  const float t = static_cast<float>(h.step + 1);
+  const float c1 = 1.0f - powf(s.b1, t);
+  const float c2s = sqrtf(1.0f - powf(s.b2, t));
+  s.step_size = -lr * c2s / c1;
+  s.eps_c2s = eps * c2s;
+  s.decay = 1.0f - lr * wd;
+  s.apply_decay = wd > 0.0f;
+  s.omb1 = 1.0f - s.b1;
+  s.omb2 = 1.0f - s.b2;
+  s.gs = static_cast<float>(h.gnorm);
+  return s;
+}
+
+struct State {
+  FloatBuf var, grad;
+  std::vector<uint8_t> m, v;
+  std::vector<float> absmax_m, absmax_v;
+  Map qm, qv;
+};
+
+// Returns the number of skipped blocks.
+int64_t oracle_step(State &st, const Hyper &h) {
+  const Scal s = scalars(h);
+  const size_t n = st.var.size();
+  int64_t skipped = 0;
+  for (size_t lo = 0; lo < n; lo += 256) {
+    const size_t len = std::min<size_t>(256, n - lo), b = lo / 256;
+    bool finite = true;
+    for (size_t j = 0; j < len; ++j) finite = finite && std::isfinite(st.grad.get(lo + j));
+    if (!finite) {
+      ++skipped;
+      continue;
+    }
+    std::vector<float> mm(len), vv(len);
+    float am = 0.0f, av = -INFINITY;
+    for (size_t j = 0; j < len; ++j) {
+      const size_t i = lo + j;
+      const float g = st.grad.get(i) * s.gs;
+      float m = st.qm[st.m[i]] * st.absmax_m[b];
+      float v = st.qv[st.v[i]] * st.absmax_v[b];
+      m = m * s.b1 + g * s.omb1;
+      v = v * s.b2 + (g * g) * s.omb2;
+      float w = st.var.get(i);
+      w = w + (m * s.step_size) / (std::sqrt(v) + s.eps_c2s);
+      if (s.apply_decay) w = w * s.decay;
+      st.var.set(i, w);
+      mm[j] = m;
+      vv[j] = v;
+      am = std::max(am, std::fabs(m));
+      av = std::max(av, v);
+    }
+    am += 0.0f;
+    av += 0.0f;
+    st.absmax_m[b] = am;
+    st.absmax_v[b] = av;
+    for (size_t j = 0; j < len; ++j) {
+      st.m[lo + j] = static_cast<uint8_t>(nearest_code(st.qm, mm[j] / (am == 0.0f ? 1.0f : am), true));
+      st.v[lo + j] = static_cast<uint8_t>(nearest_code(st.qv, vv[j] / (av == 0.0f ? 1.0f : av), false));
+    }
+  }
+  return skipped;
+}
+
+// Random state: codes uniform, absmax in a sensible range, grads in [-g, g].
+State make_state(uint64_t salt, DType t, size_t n, const Map &qm, const Map &qv, float gmax = 1.0f) {
+  auto rng = rng_for(salt);
+  State s;
+  s.var = FloatBuf(t, uniform(rng, n, -2.f, 2.f));
+  s.grad = FloatBuf(t, uniform(rng, n, -gmax, gmax));
+  s.m.resize(n);
+  s.v.resize(n);
+  for (auto &c : s.m) c = static_cast<uint8_t>(rng() & 0xff);
+  for (auto &c : s.v) c = static_cast<uint8_t>(rng() & 0xff);
+  const size_t blocks = (n + 255) / 256;
+  s.absmax_m = uniform(rng, blocks, 0.001f, 0.5f);
+  s.absmax_v = uniform(rng, blocks, 1e-6f, 0.3f);
+  if (blocks > 2) s.absmax_m[1] = 0.0f;  // an all-zero moment block
+  s.qm = qm;
+  s.qv = qv;
+  return s;
+}
+
+ApplyAdamWQuantOptions options_of(const Hyper &h) {
+  ApplyAdamWQuantOptions o;
+  o.lr = h.lr;
+  o.beta1 = h.beta1;
+  o.beta2 = h.beta2;
+  o.weight_decay = h.wd;
+  o.eps = h.eps;
+  o.gnorm_scale = h.gnorm;
+  return o;
+}
+
+Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o, ApplyAdamWQuantStats *stats = nullptr) {
+  const auto n = static_cast<int64_t>(s.var.size());
+  const auto blocks = static_cast<int64_t>(s.absmax_m.size());
+  return fusekit::apply_adam_w_quant_step(
+      s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
+      TensorView::of(s.qm.data(), {256}), TensorView::of(s.qv.data(), {256}),
+      TensorView::of(s.absmax_m.data(), {blocks}), TensorView::of(s.absmax_v.data(), {blocks}), h.step, o, stats);
+}
+
+// Bitwise var and absmax, exact codes (the spec's one-step allowance is never needed here: both
+// sides perform the same float32 operations).
+void expect_same(const State &got, const State &want) {
+  size_t bad = 0;
+  for (size_t i = 0; i < got.var.size() && bad < 5; ++i) {
+    if (got.var.bits(i) != want.var.bits(i)) {
+      ADD_FAILURE() << "var[" << i << "]: got " << got.var.get(i) << " want " << want.var.get(i);
+      ++bad;
+    }
+  }
+  for (size_t i = 0; i < got.m.size() && bad < 10; ++i) {
+    if (got.m[i] != want.m[i] || got.v[i] != want.v[i]) {
+      ADD_FAILURE() << "codes[" << i << "]: got m " << int{got.m[i]} << " v " << int{got.v[i]} << ", want m "
+                    << int{want.m[i]} << " v " << int{want.v[i]};
+      ++bad;
+    }
+  }
+  for (size_t b = 0; b < got.absmax_m.size() && bad < 15; ++b) {
+    if (!fusekit::testing::bits_equal(got.absmax_m[b], want.absmax_m[b]) ||
+        !fusekit::testing::bits_equal(got.absmax_v[b], want.absmax_v[b])) {
+      ADD_FAILURE() << "absmax[" << b << "]: got " << got.absmax_m[b] << ", " << got.absmax_v[b] << " want "
+                    << want.absmax_m[b] << ", " << want.absmax_v[b];
+      ++bad;
+    }
+  }
+}
+
+// ================================================================================================
+// The maps
+// ================================================================================================
+TEST(DynamicMap, SignedAndUnsignedMatchTheConstruction) {
+  for (bool is_signed : {true, false}) {
+    SCOPED_TRACE(is_signed ? "signed" : "unsigned");
+    const Map q = fusekit::create_dynamic_map(is_signed);
+    const Map want = dynamic_oracle(is_signed);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(q[i], want[i]) << i;
+    for (int i = 1; i < 256; ++i) EXPECT_LT(q[i - 1], q[i]) << i;  // strictly ascending
+    EXPECT_EQ(q[255], 1.0f);
+    EXPECT_NE(std::find(q.begin(), q.end(), 0.0f), q.end());
+    const auto negatives = std::count_if(q.begin(), q.end(), [](float x) { return x < 0; });
+    EXPECT_EQ(negatives, is_signed ? 127 : 0);
+  }
+  const Map s = fusekit::create_dynamic_map(true);
+  EXPECT_EQ(s[127], 0.0f);
+  EXPECT_FLOAT_EQ(s[128], 5.5e-7f);         // 1e-6 * (0.1 + 1) / 2
+  EXPECT_FLOAT_EQ(s[0], -(0.1f + 0.9f * 63 / 64 + 1.0f) / 2);
+  for (int i = 0; i < 127; ++i) EXPECT_EQ(s[i], -s[254 - i]);
+}
+
+// The exact search (thresholds) against lower_bound + bracketing, on maps with and without zero,
+// duplicates, ties at exact midpoints and neighbours of midpoints.
+TEST(NearestCode, ThresholdSearchMatchesTheBracketingDefinition) {
+  std::vector<std::pair<const char *, Map>> maps = {
+      {"dynamic signed", fusekit::create_dynamic_map(true)},
+      {"dynamic unsigned", fusekit::create_dynamic_map(false)},
+      {"linspace(-1,1)", linspace_map(-1, 1)},
+      {"linspace(0,1)", linspace_map(0, 1)},
+      {"zeros", Map{}}};
+  Map dup = linspace_map(-1, 1);
+  for (int i = 100; i < 140; ++i) dup[i] = dup[100];
+  for (int i = 200; i < 256; ++i) dup[i] = 0.75f;
+  maps.push_back({"duplicates", dup});
+  Map nozero;  // all positive but the first: the sign fix acts for small negative x
+  for (int i = 0; i < 256; ++i) nozero[i] = i == 0 ? -1.0f : 0.01f + i / 256.0f;
+  maps.push_back({"one negative", nozero});
+  auto rng = rng_for(1);
+  for (auto &[name, q] : maps) {
+    SCOPED_TRACE(name);
+    std::vector<char> mem(fusekit::quant_tables_bytes(true) + 64);
+    auto *aligned = reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+    fusekit::QuantMapTables t;
+    fusekit::build_quant_tables(q.data(), 1, true, true, aligned, &t);
+    std::vector<float> xs = uniform(rng, 20000, -1.1f, 1.1f);
+    for (int i = 0; i < 256; ++i) {
+      xs.push_back(q[i]);
+      if (i < 255) {
+        const float mid = (q[i] + q[i + 1]) / 2;
+        for (float x : {mid, std::nextafter(mid, -2.f), std::nextafter(mid, 2.f)}) xs.push_back(x);
+      }
+    }
+    for (float x : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-30f, -1e-30f, 1.0f, -1.0f, 5.0f, -5.0f}) xs.push_back(x);
+    int bad = 0;
+    for (float x : xs) {
+      const int want = nearest_code(q, x, true);
+      const int got = fusekit::quant_code_reference(t, x);
+      if (got != want && bad++ < 5) ADD_FAILURE() << "x = " << x << ": code " << got << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_LE(t.refine_steps, std::string(name) == "one negative" || std::string(name) == "duplicates" ? 8 : 2);
+  }
+}
+
+// ================================================================================================
+// The step against the oracle
+// ================================================================================================
+struct Case {
+  DType dtype;
+  size_t n;
+  bool dynamic;
+  Hyper h;
+};
+
+void check_case(const Case &c, uint64_t salt) {
+  const Map qm = c.dynamic ? fusekit::create_dynamic_map(true) : linspace_map(-1, 1);
+  const Map qv = c.dynamic ? fusekit::create_dynamic_map(false) : linspace_map(0, 1);
+  const State start = make_state(salt, c.dtype, c.n, qm, qv);
+  State want = start;
+  const int64_t want_skipped = oracle_step(want, c.h);
+  const std::pair<KernelChoice, QuantSearch> ways[] = {{KernelChoice::kReference, QuantSearch::kAuto},
+                                                       {KernelChoice::kOptimized, QuantSearch::kTable},
+                                                       {KernelChoice::kOptimized, QuantSearch::kBinarySearch}};
+  for (const auto &[kernel, search] : ways) {
+    SCOPED_TRACE(testing::Message() << "kernel " << static_cast<int>(kernel) << " search " << static_cast<int>(search));
+    State got = start;
+    ApplyAdamWQuantOptions o = options_of(c.h);
+    o.kernel = kernel;
+    o.search = search;
+    ApplyAdamWQuantStats stats;
+    ASSERT_TRUE(run_api(got, c.h, o, &stats).ok());
+    EXPECT_EQ(stats.blocks_skipped_nonfinite, want_skipped);
+    expect_same(got, want);
+  }
+}
+
+class StepTest : public ::testing::TestWithParam<std::tuple<DType, size_t, bool>> {};
+
+TEST_P(StepTest, MatchesOracle) {
+  const auto [dtype, n, dynamic] = GetParam();
+  Hyper h;
+  check_case({dtype, n, dynamic, h}, 100 + n);
+  h.step = 0;
+  h.wd = 0.01;
+  h.gnorm = 0.5;
+  check_case({dtype, n, dynamic, h}, 200 + n);
+  h.step = 123456789;
+  h.lr = 0.1;
+  h.beta1 = 0.8;
+  h.beta2 = 0.95;
+  h.eps = 1e-6;
+  h.gnorm = 2.0;
+  check_case({dtype, n, dynamic, h}, 300 + n);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, StepTest,
+    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
+                       ::testing::Values(size_t{1}, size_t{255}, size_t{256}, size_t{257}, size_t{5000}),
+                       ::testing::Bool()),
+    [](const auto &param_info) {
+      const auto &p = param_info.param;
+      return std::string(fusekit::dtype_name(std::get<0>(p))) + "_n" + std::to_string(std::get<1>(p)) +
+             (std::get<2>(p) ? "_dynamic" : "_linspace");
+    });
+
+// Several steps in a row: the codes and absmax a step writes are the next step's input.
+TEST(Step, TenStepsInARowStayOnTheOracle) {
+  State got = make_state(7, DType::kFloat32, 3000, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  State want = got;
+  auto rng = rng_for(8);
+  for (int64_t k = 0; k < 10; ++k) {
+    Hyper h;
+    h.step = k;
+    h.wd = 0.01;
+    got.grad = want.grad = FloatBuf(DType::kFloat32, uniform(rng, 3000, -1.f, 1.f));
+    oracle_step(want, h);
+    ASSERT_TRUE(run_api(got, h, options_of(h)).ok());
+  }
+  expect_same(got, want);
+}
+
+// A few million elements, the default (table) path, all threads.
+TEST(Step, ThreeMillionElements) {
+  const size_t n = 3'000'000 + 77;
+  State start = make_state(9, DType::kFloat32, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  State want = start;
+  Hyper h;
+  h.wd = 0.01;
+  oracle_step(want, h);
+  ApplyAdamWQuantOptions o = options_of(h);
+  ApplyAdamWQuant plan;
+  const auto N = static_cast<int64_t>(n), B = static_cast<int64_t>(start.absmax_m.size());
+  ASSERT_TRUE(ApplyAdamWQuant::plan(start.var.view(), start.grad.view(), TensorView::of(start.m.data(), {N}),
+                                    TensorView::of(start.v.data(), {N}), TensorView::of(start.qm.data(), {256}),
+                                    TensorView::of(start.qv.data(), {256}), TensorView::of(start.absmax_m.data(), {B}),
+                                    TensorView::of(start.absmax_v.data(), {B}), o, &plan)
+                  .ok());
+  EXPECT_TRUE(plan.uses_table());
+  std::vector<char> ws(plan.workspace_size());
+  ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());
+  expect_same(start, want);
+}
+
+// Every SIMD target Highway built and this CPU runs, both search methods, bitwise with the oracle.
+TEST(Step, EverySimdTarget) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    const State start = make_state(11, t, 2000, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+    State want = start;
+    Hyper h;
+    h.wd = 0.02;
+    h.gnorm = 0.7;
+    oracle_step(want, h);
+    fusekit::testing::for_each_simd_target([&](const char *target) {
+      EXPECT_STREQ(fusekit::adam_w_quant_optimized_target(), target);
+      for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+        State got = start;
+        ApplyAdamWQuantOptions o = options_of(h);
+        o.kernel = KernelChoice::kOptimized;
+        o.search = s;
+        ASSERT_TRUE(run_api(got, h, o).ok());
+        expect_same(got, want);
+      }
+    });
+  }
+}
+
+TEST(Step, ThreadCountsAreBitwiseEqual) {
+  const State start = make_state(12, DType::kBFloat16, 300'000, fusekit::create_dynamic_map(true),
+                                 fusekit::create_dynamic_map(false));
+  State want = start;
+  Hyper h;
+  oracle_step(want, h);
+  for (int threads : {1, 2, 4}) {
+    SCOPED_TRACE(threads);
+    State got = start;
+    ApplyAdamWQuantOptions o = options_of(h);
+    o.num_threads = threads;
+    ASSERT_TRUE(run_api(got, h, o).ok());
+    expect_same(got, want);
+  }
+}
+
+// Maps the spec's sign fix and duplicate handling act on.
+TEST(Step, UnusualMapsSignFixAndDuplicates) {
+  Map qm;
+  for (int i = 0; i < 256; ++i) qm[i] = i < 8 ? -1.0f + i * 0.1f : 0.05f + (i - 8) / 260.0f;
+  Map qv = linspace_map(0, 1);
+  for (int i = 10; i < 60; ++i) qv[i] = qv[10];
+  const State start = make_state(13, DType::kFloat32, 4096, qm, qv);
+  State want = start;
+  Hyper h;
+  oracle_step(want, h);
+  for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+    State got = start;
+    ApplyAdamWQuantOptions o = options_of(h);
+    o.search = s;
+    ASSERT_TRUE(run_api(got, h, o).ok());
+    expect_same(got, want);
+  }
+}
+
+// The seed's example: all-zero maps, inputs and gradient; absmax 5 and 3; step 0.
+TEST(Step, SeedExampleValues) {
+  State s;
+  s.var = FloatBuf(DType::kFloat32, std::vector<float>(256, 0.0f));
+  s.grad = FloatBuf(DType::kFloat32, std::vector<float>(256, 0.0f));
+  s.m.assign(256, 0);
+  s.v.assign(256, 0);
+  s.absmax_m = {5};
+  s.absmax_v = {3};
+  s.qm = Map{};
+  s.qv = Map{};
+  Hyper h{0.1, 0.1, 0.1, 0.1, 0.01, 0.1, 0};
+  State want = s;
+  oracle_step(want, h);
+  ASSERT_TRUE(run_api(s, h, options_of(h)).ok());
+  expect_same(s, want);
+  for (size_t i = 0; i < 256; ++i) EXPECT_EQ(s.var.bits(i), 0u) << i;  // +0: 0 * step_size / (0 + eps c2s)
+  EXPECT_EQ(s.absmax_m[0], 0.0f);
+  EXPECT_EQ(s.absmax_v[0], 0.0f);
+  EXPECT_EQ(std::count(s.m.begin(), s.m.end(), 0), 256);
+}
+
+TEST(Step, NonFiniteBlocksAreLeftBitForBit) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    State start = make_state(14, t, 256 * 6 + 100, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+    start.grad.set(256 + 17, std::numeric_limits<float>::quiet_NaN());
+    start.grad.set(3 * 256 + 255, -std::numeric_limits<float>::infinity());
+    start.grad.set(6 * 256 + 99, std::numeric_limits<float>::infinity());  // the partial last block
+    State want = start;
+    Hyper h;
+    EXPECT_EQ(oracle_step(want, h), 3);
+    for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+      State got = start;
+      ApplyAdamWQuantOptions o = options_of(h);
+      o.kernel = k;
+      ApplyAdamWQuantStats stats;
+      ASSERT_TRUE(run_api(got, h, o, &stats).ok());
+      EXPECT_EQ(stats.blocks_skipped_nonfinite, 3);
+      EXPECT_EQ(stats.blocks_updated, 4);
+      expect_same(got, want);
+      for (size_t b : {size_t{1}, size_t{3}, size_t{6}}) {
+        EXPECT_TRUE(fusekit::testing::bits_equal(got.absmax_m[b], start.absmax_m[b]));
+        for (size_t i = b * 256; i < std::min(got.var.size(), b * 256 + 256); ++i) {
+          EXPECT_EQ(got.var.bits(i), start.var.bits(i));
+          EXPECT_EQ(got.m[i], start.m[i]);
+        }
+      }
+    }
+  }
+}
+
+// var exactly between two 16-bit numbers: lr * wd = 0.25 scales var by 0.75 (m = 0, so the Adam
+// term is 0) and about a quarter of the products are ties.
+TEST(Step, SixteenBitStoresRoundHalfToEven) {
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    State s;
+    std::vector<uint16_t> bits;
+    for (uint32_t b = 0x3c00; b < 0x3c00 + 4096; ++b) bits.push_back(static_cast<uint16_t>(b));
+    const size_t n = bits.size();
+    s.var.dtype = s.grad.dtype = t;
+    s.var.h = bits;
+    s.grad.h.assign(n, 0);
+    s.m.assign(n, 127);  // the signed dynamic map's 0
+    s.v.assign(n, 0);
+    s.qm = fusekit::create_dynamic_map(true);
+    s.qv = fusekit::create_dynamic_map(false);
+    s.absmax_m.assign((n + 255) / 256, 1.0f);
+    s.absmax_v.assign((n + 255) / 256, 1.0f);
+    Hyper h;
+    h.lr = 0.25;
+    h.wd = 1.0;
+    size_t ties = 0;
+    for (uint16_t b : bits) {
+      const float x = widen(t, b) * 0.75f;
+      const uint32_t xb = std::bit_cast<uint32_t>(x);
+      ties += t == DType::kBFloat16 ? (xb & 0xffffu) == 0x8000u : false;
+    }
+    if (t == DType::kBFloat16) {
+      EXPECT_GT(ties, 100u);
+    }
+    State want = s;
+    oracle_step(want, h);
+    for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+      State got = s;
+      ApplyAdamWQuantOptions o = options_of(h);
+      o.kernel = k;
+      ASSERT_TRUE(run_api(got, h, o).ok());
+      expect_same(got, want);
+    }
+  }
+  // The spec's two examples, through the kernels: var = 2 (resp. 2^17) in bfloat16, m = g = 0, and
+  // lr * wd chosen so that the decay gives exactly 1.01171875 (resp. 65520), halfway between two
+  // bfloat16 numbers: round-to-nearest-even gives 0x3F82 and 0x4780 (truncation 0x3F81, 0x477F).
+  const float starts[] = {2.0f, 131072.0f};
+  const double lrs[] = {0.494140625, 0.5001220703125};
+  const uint16_t expected[] = {0x3f82, 0x4780};
+  for (int k = 0; k < 2; ++k) {
+    for (KernelChoice kernel : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+      State s;
+      s.var = FloatBuf(DType::kBFloat16, std::vector<float>(300, starts[k]));
+      s.grad = FloatBuf(DType::kBFloat16, std::vector<float>(300, 0.0f));
+      s.m.assign(300, 127);
+      s.v.assign(300, 0);
+      s.qm = fusekit::create_dynamic_map(true);
+      s.qv = fusekit::create_dynamic_map(false);
+      s.absmax_m = {1.0f, 1.0f};
+      s.absmax_v = {1.0f, 1.0f};
+      Hyper h;
+      h.lr = lrs[k];
+      h.wd = 1.0;
+      ApplyAdamWQuantOptions o = options_of(h);
+      o.kernel = kernel;
+      ASSERT_TRUE(run_api(s, h, o).ok());
+      for (size_t i = 0; i < 300; ++i) ASSERT_EQ(s.var.h[i], expected[k]) << i;
+    }
+  }
+}
+
+// Strided views run on the gathering path and give the contiguous result.
+TEST(Step, StridedViews) {
+  const int64_t rows = 37, cols = 300, stride = 320;
+  const size_t n = static_cast<size_t>(rows * cols);
+  const State dense = make_state(15, DType::kFloat32, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  State want = dense;
+  Hyper h;
+  oracle_step(want, h);
+  // Scatter the dense tensors into padded storage.
+  std::vector<float> var(static_cast<size_t>(rows * stride), 7.0f), grad(var.size(), 7.0f);
+  std::vector<uint8_t> m(var.size(), 9), v(var.size(), 9);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto d = static_cast<size_t>(r * cols + c), sidx = static_cast<size_t>(r * stride + c);
+      var[sidx] = dense.var.f32[d];
+      grad[sidx] = dense.grad.f32[d];
+      m[sidx] = dense.m[d];
+      v[sidx] = dense.v[d];
+    }
+  }
+  State got = dense;
+  const auto B = static_cast<int64_t>(got.absmax_m.size());
+  ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
+                  TensorView::strided(var.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
+                  TensorView::strided(grad.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
+                  TensorView::strided(m.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
+                  TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
+                  TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
+                  TensorView::of(got.absmax_m.data(), {B}), TensorView::of(got.absmax_v.data(), {B}), h.step,
+                  options_of(h))
+                  .ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < stride; ++c) {
+      const auto d = static_cast<size_t>(r * cols + c), sidx = static_cast<size_t>(r * stride + c);
+      if (c >= cols) {
+        ASSERT_EQ(var[sidx], 7.0f);
+        ASSERT_EQ(m[sidx], 9);
+        continue;
+      }
+      got.var.f32[d] = var[sidx];
+      got.m[d] = m[sidx];
+      got.v[d] = v[sidx];
+    }
+  }
+  expect_same(got, want);
+}
+
+// ================================================================================================
+// Refusals, through the aclnn face: code, message, nothing written
+// ================================================================================================
+struct AclCase {
+  std::vector<float> var, grad, qm, qv, am, av;
+  std::vector<uint8_t> m, v;
+  std::vector<int64_t> step = {3};
+  std::vector<int64_t> shape = {2, 300};
+  aclTensor *t_var = nullptr, *t_grad = nullptr, *t_m = nullptr, *t_v = nullptr, *t_qm = nullptr, *t_qv = nullptr,
+            *t_am = nullptr, *t_av = nullptr, *t_step = nullptr;
+  AclCase() {
+    auto rng = rng_for(20);
+    var = uniform(rng, 600, -1, 1);
+    grad = uniform(rng, 600, -1, 1);
+    m.assign(600, 100);
+    v.assign(600, 50);
+    const Map a = fusekit::create_dynamic_map(true), b = fusekit::create_dynamic_map(false);
+    qm.assign(a.begin(), a.end());
+    qv.assign(b.begin(), b.end());
+    am = {0.1f, 0.2f, 0.3f};
+    av = {0.01f, 0.02f, 0.03f};
+    make();
+  }
+  static aclTensor *tensor(void *p, std::vector<int64_t> shape, aclDataType dt) {
+    return aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(), shape.size(), p);
+  }
+  void make() {
+    t_var = tensor(var.data(), shape, ACL_FLOAT);
+    t_grad = tensor(grad.data(), shape, ACL_FLOAT);
+    t_m = tensor(m.data(), shape, ACL_UINT8);
+    t_v = tensor(v.data(), shape, ACL_UINT8);
+    t_qm = tensor(qm.data(), {256}, ACL_FLOAT);
+    t_qv = tensor(qv.data(), {256}, ACL_FLOAT);
+    t_am = tensor(am.data(), {3}, ACL_FLOAT);
+    t_av = tensor(av.data(), {3}, ACL_FLOAT);
+    t_step = tensor(step.data(), {1}, ACL_INT64);
+  }
+  ~AclCase() {
+    for (aclTensor *t : {t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step}) aclDestroyTensor(t);
+  }
+  // Phase one then (if it succeeds) phase two; returns the first failing status.
+  aclnnStatus run(const char *mode = "BLOCKWISE", int64_t block = 256, double lr = 1e-3, double beta1 = 0.9) {
+    uint64_t ws_size = 0;
+    aclOpExecutor *ex = nullptr;
+    aclnnStatus s = aclnnApplyAdamWQuantGetWorkspaceSize(t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step, lr,
+                                                         beta1, 0.999, 0.01, 1e-8, 1.0, const_cast<char *>(mode),
+                                                         block, &ws_size, &ex);
+    if (s != ACLNN_SUCCESS) return s;
+    std::vector<char> ws(ws_size);
+    return aclnnApplyAdamWQuant(ws.data(), ws_size, ex, nullptr);
+  }
+};
+
+struct Snapshot {
+  std::vector<float> var, am, av;
+  std::vector<uint8_t> m, v;
+  explicit Snapshot(const AclCase &c) : var(c.var), am(c.am), av(c.av), m(c.m), v(c.v) {}
+  bool same(const AclCase &c) const {
+    return std::memcmp(var.data(), c.var.data(), var.size() * 4) == 0 && am == c.am && av == c.av && m == c.m && v == c.v;
+  }
+};
+
+void expect_refused(AclCase &c, aclnnStatus got, aclnnStatus code, const std::string &fragment, const Snapshot &before) {
+  EXPECT_EQ(got, code);
+  const std::string msg = aclGetRecentErrMsg();
+  EXPECT_EQ(msg.rfind("aclnnApplyAdamWQuant", 0), 0u) << msg;
+  EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+  EXPECT_TRUE(before.same(c)) << "a refused call modified its tensors: " << msg;
+}
+
+TEST(Refusals, EachWithItsCodeAndMessageAndNothingWritten) {
+  {
+    AclCase c;
+    Snapshot s(c);
+    ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+    EXPECT_FALSE(s.same(c));  // the baseline does write
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    aclDestroyTensor(c.t_grad);
+    c.t_grad = nullptr;
+    expect_refused(c, c.run(), 161001, "grad is null", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    aclDestroyTensor(c.t_grad);
+    c.t_grad = AclCase::tensor(c.grad.data(), {2, 300}, ACL_FLOAT16);
+    expect_refused(c, c.run(), 161002, "grad has dtype float16", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    aclDestroyTensor(c.t_m);
+    c.t_m = AclCase::tensor(c.m.data(), {3, 200}, ACL_UINT8);
+    expect_refused(c, c.run(), 161002, "mRef has shape [3, 200]", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    aclDestroyTensor(c.t_av);
+    c.t_av = AclCase::tensor(c.av.data(), {2}, ACL_FLOAT);
+    expect_refused(c, c.run(), 161002, "absmaxVRef must be float32 [3]", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    aclDestroyTensor(c.t_qm);
+    c.t_qm = AclCase::tensor(c.qm.data(), {255}, ACL_FLOAT);
+    expect_refused(c, c.run(), 161002, "qmapM must be float32 [256]", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    aclDestroyTensor(c.t_step);
+    c.t_step = AclCase::tensor(c.step.data(), {1}, ACL_INT32);
+    expect_refused(c, c.run(), 161002, "step must be int64 [1]", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    expect_refused(c, c.run("BLOCKWISE", 128), 161002, "blockSize = 128", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    expect_refused(c, c.run("TENSORWISE"), 161002, "quantModeOptional = \"TENSORWISE\"", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    expect_refused(c, c.run("BLOCKWISE", 256, 1e-3, 1.0), 161002, "beta1 = 1", s);
+  }
+  {
+    AclCase c;
+    Snapshot s(c);
+    expect_refused(c, c.run("BLOCKWISE", 256, std::nan("")), 161002, "lr = nan", s);
+  }
+  {
+    AclCase c;  // grad overlapping var
+    Snapshot s(c);
+    aclDestroyTensor(c.t_grad);
+    c.t_grad = AclCase::tensor(c.var.data(), {2, 300}, ACL_FLOAT);
+    expect_refused(c, c.run(), 161002, "varRef and grad overlap", s);
+  }
+  {
+    AclCase c;  // absmax inside m's codes
+    Snapshot s(c);
+    aclDestroyTensor(c.t_am);
+    c.t_am = AclCase::tensor(c.m.data() + 4, {3}, ACL_FLOAT);
+    expect_refused(c, c.run(), 161002, "mRef and absmaxMRef overlap", s);
+  }
+  {
+    AclCase c;  // phase two: a map out of order
+    std::swap(c.qv[40], c.qv[41]);
+    Snapshot s(c);
+    expect_refused(c, c.run(), 161002, "qmapV[41]", s);
+  }
+  {
+    AclCase c;  // phase two: a non-finite map entry
+    c.qm[3] = std::numeric_limits<float>::infinity();
+    std::sort(c.qm.begin(), c.qm.end());
+    Snapshot s(c);
+    expect_refused(c, c.run(), 161002, "qmapM[255] = inf", s);
+  }
+  {
+    AclCase c;  // phase two: step read when it runs
+    c.step[0] = -1;
+    Snapshot s(c);
+    expect_refused(c, c.run(), 161002, "step = -1", s);
+  }
+}
+
+TEST(Refusals, NonFiniteBlocksWarnOnTheAclnnPath) {
+  AclCase c;
+  c.grad[300] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_EQ(c.run(), ACLNN_SUCCESS);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("1 of 3 blocks were left unchanged"), std::string::npos)
+      << aclGetRecentErrMsg();
+}
+
+TEST(Refusals, CppApiChecks) {
+  State s = make_state(21, DType::kFloat32, 1000, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  Hyper h;
+  ApplyAdamWQuantOptions o = options_of(h);
+  o.block_size = 64;
+  Status st = run_api(s, h, o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "ApplyAdamWQuant: blockSize = 64; only 256 is supported");
+  o = options_of(h);
+  o.eps = 0;
+  st = run_api(s, h, o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("eps = 0"), std::string::npos);
+  h.step = -5;
+  st = run_api(s, h, options_of(h));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("step = -5"), std::string::npos);
+  // A written view that reaches an element twice.
+  std::vector<float> var(600), grad(600);
+  std::vector<uint8_t> m(600), v(600);
+  std::vector<float> am(3), av(3);
+  Map qm = fusekit::create_dynamic_map(true), qv = fusekit::create_dynamic_map(false);
+  st = fusekit::apply_adam_w_quant_step(TensorView::strided(var.data(), DType::kFloat32, {2, 300}, {0, 1}),
+                                        TensorView::of(grad.data(), {2, 300}), TensorView::of(m.data(), {2, 300}),
+                                        TensorView::of(v.data(), {2, 300}), TensorView::of(qm.data(), {256}),
+                                        TensorView::of(qv.data(), {256}), TensorView::of(am.data(), {3}),
+                                        TensorView::of(av.data(), {3}), 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("reaches some elements twice"), std::string::npos) << st.message();
+}
+
+// ================================================================================================
+// AdamW (float32 moments)
+// ================================================================================================
+TEST(AdamW, MatchesOracleOnEveryDtypeKernelAndThreadCount) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    const size_t n = 10007;
+    auto rng = rng_for(30);
+    FloatBuf var0(t, uniform(rng, n, -1, 1)), grad(t, uniform(rng, n, -1, 1));
+    grad.set(5, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> m0 = uniform(rng, n, -0.1f, 0.1f), v0 = uniform(rng, n, 0.f, 0.01f);
+    Hyper h;
+    h.wd = 0.01;
+    h.gnorm = 0.9;
+    h.step = 41;
+    const Scal s = scalars(h);
+    FloatBuf want_var = var0;
+    std::vector<float> want_m = m0, want_v = v0;
+    for (size_t i = 0; i < n; ++i) {
+      const float gr = grad.get(i);
+      if (!std::isfinite(gr)) continue;
+      const float g = gr * s.gs;
+      want_m[i] = m0[i] * s.b1 + g * s.omb1;
+      want_v[i] = v0[i] * s.b2 + (g * g) * s.omb2;
+      float w = var0.get(i) + (want_m[i] * s.step_size) / (std::sqrt(want_v[i]) + s.eps_c2s);
+      if (s.apply_decay) w = w * s.decay;
+      want_var.set(i, w);
+    }
+    for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+      for (int threads : {1, 2, 4}) {
+        FloatBuf var = var0;
+        std::vector<float> m = m0, v = v0;
+        AdamWOptions o;
+        o.lr = h.lr;
+        o.weight_decay = h.wd;
+        o.gnorm_scale = h.gnorm;
+        o.kernel = k;
+        o.num_threads = threads;
+        AdamWStats stats;
+        const auto N = static_cast<int64_t>(n);
+        ASSERT_TRUE(fusekit::adam_w_step(var.view(), grad.view(), TensorView::of(m.data(), {N}),
+                                         TensorView::of(v.data(), {N}), h.step, o, &stats)
+                        .ok());
+        EXPECT_EQ(stats.elements_skipped_nonfinite, 1);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(var.bits(i), want_var.bits(i)) << i;
+          ASSERT_TRUE(fusekit::testing::bits_equal(m[i], want_m[i])) << i;
+          ASSERT_TRUE(fusekit::testing::bits_equal(v[i], want_v[i])) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(AdamW, Refusals) {
+  std::vector<float> var(100), grad(100), m(100), v(50);
+  Status st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
+                                   TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("AdamW: v has 50 elements"), std::string::npos) << st.message();
+  st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(var.data(), {100}),
+                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0);
+  EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.message();
+}
+
+}  // namespace
