@@ -17,6 +17,7 @@
 #define HWY_TARGET_INCLUDE "add_lora/add_lora_hwy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/cache_control.h>
 
 #include <omp.h>
 
@@ -43,8 +44,9 @@ constexpr int kMR = 4;
 constexpr int kNV = 2;  // 8 accumulators of 16 registers
 #endif
 constexpr int64_t kKChunk = 64;        // k per packing item of weightA
+constexpr int64_t kXChunk = 256;       // columns per chunk of a packed block of x rows
 constexpr int64_t kRowPanelTiles = 8;  // row tiles per expand item
-constexpr int64_t kColBlockTiles = 4;  // column tiles per expand item
+constexpr int64_t kColBlockCols = 1024;  // output columns per expand item (a multiple of any tile)
 constexpr int64_t kDecodeRanks = 16;   // ranks per decode shrink item
 constexpr int64_t kDecodeCols = 256;   // output columns per decode expand item
 constexpr int64_t kRowBuf = 8;         // rows of x converted at once (the per-thread buffer holds 8)
@@ -139,10 +141,12 @@ void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64
 
 // ---- prefill: register tiles ----
 
-// t rows tr[m][r0 .. r0 + NV*N) = sum over k of x[m][k] * at[k][r0 ..], k in order.
+// t rows tr[m][r0 .. r0 + NV*N) = sum over k of x[m][k] * at[k][r0 ..], k in order. xp holds the
+// kMR rows in chunks of kXChunk columns (xp[((k / kXChunk) * kMR + m) * kXChunk + k % kXChunk]),
+// so that within a chunk the broadcasts are fixed offsets of one pointer.
 template <int NV>
-HWY_INLINE void ShrinkTile(const float *const *xr, int64_t h1, const float *at, int64_t ts, int64_t r0,
-                           float *const *tr, int nrows) {
+HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t h1, const float *HWY_RESTRICT at, int64_t ts,
+                           int64_t r0, float *const *tr, int nrows) {
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[kMR][NV];
@@ -150,16 +154,29 @@ HWY_INLINE void ShrinkTile(const float *const *xr, int64_t h1, const float *at, 
     for (int v = 0; v < NV; ++v) acc[m][v] = hn::Zero(d);
   }
   const float *a = at + r0;
-  for (int64_t k = 0; k < h1; ++k, a += ts) {
-    VF bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, a + v * N);
-    for (int m = 0; m < kMR; ++m) {
-      const VF xb = hn::Set(d, xr[m][k]);
-      for (int v = 0; v < NV; ++v) acc[m][v] = hn::MulAdd(xb, bv[v], acc[m][v]);
+  for (int64_t k0 = 0; k0 < h1; k0 += kXChunk, xp += kMR * kXChunk) {
+    const int64_t kn = std::min(kXChunk, h1 - k0);
+    for (int64_t kk = 0; kk < kn; ++kk, a += ts) {
+      VF bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, a + v * N);
+      for (int m = 0; m < kMR; ++m) {
+        const VF xb = hn::Set(d, xp[m * kXChunk + kk]);
+        for (int v = 0; v < NV; ++v) acc[m][v] = hn::MulAdd(xb, bv[v], acc[m][v]);
+      }
     }
   }
   for (int m = 0; m < nrows; ++m) {
     for (int v = 0; v < NV; ++v) hn::Store(acc[m][v], d, tr[m] + r0 + v * N);
+  }
+}
+
+// Converts kMR rows of x (row pointers; padding rows repeat row 0) to float32 in the chunked
+// layout ShrinkTile reads.
+template <typename T>
+HWY_INLINE void PackXBlock(const T *const *xr, int64_t h1, float *HWY_RESTRICT xp) {
+  for (int64_t k0 = 0; k0 < h1; k0 += kXChunk, xp += kMR * kXChunk) {
+    const int64_t kn = std::min(kXChunk, h1 - k0);
+    for (int m = 0; m < kMR; ++m) ConvertRow(xr[m] + k0, xp + m * kXChunk, kn);
   }
 }
 
@@ -238,7 +255,7 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t tw = kNV * N;  // columns per expand tile
   const int64_t R = a.r, h1 = a.h1, h2 = a.h2, ts = s.t_stride;
-  const int64_t xs = (h1 + 15) / 16 * 16 + 16;  // staggered rows of the x buffer
+  const int64_t xs = (h1 + 15) / 16 * 16 + 16;  // staggered rows of the x buffer (decode)
   const T *x = static_cast<const T *>(a.x);
   const T *y = static_cast<const T *>(a.y);
   T *out = static_cast<T *>(a.out);
@@ -262,7 +279,8 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
   const double work = static_cast<double>(valid) * static_cast<double>(R) * static_cast<double>(h1 + h2);
   const int nt = static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
   const int64_t n_tiles = (h2 + tw - 1) / tw;
-  const int64_t n_col_blocks = (n_tiles + kColBlockTiles - 1) / kColBlockTiles;
+  const int64_t col_block_tiles = kColBlockCols / tw;
+  const int64_t n_col_blocks = (n_tiles + col_block_tiles - 1) / col_block_tiles;
   const int64_t n_rank_vectors = ts / N;
   const int64_t n_dec = info.decode_groups;
   const int64_t n_rank_chunks = (R + kDecodeRanks - 1) / kDecodeRanks;
@@ -294,53 +312,62 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
       for (int64_t blk = 0; blk < n_blocks; ++blk) {
         const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
         float *tr[kMR];
-        const float *xr[kMR];
+        const T *xr[kMR];
         for (int m = 0; m < kMR; ++m) {
-          const int mm = m < nrows ? m : 0;
-          tr[m] = s.t + (g0 + blk * kMR + mm) * ts;
-          xr[m] = buf + mm * xs;
+          const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+          tr[m] = s.t + k * ts;
+          xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
         }
-        for (int m = 0; m < nrows; ++m) {
-          const T *xrow = x + static_cast<int64_t>(a.rows[g0 + blk * kMR + m]) * a.x_stride;
-          ConvertRow(xrow, has_a ? buf + m * xs : tr[m], h1);
+        if (!has_a) {
+          for (int m = 0; m < nrows; ++m) ConvertRow(xr[m], tr[m], h1);
+          continue;
         }
-        if (!has_a) continue;
+        PackXBlock(xr, h1, buf);
         for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
           const int64_t r0 = v0 * N;
           switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
-            case 1: ShrinkTile<1>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
-            case 2: ShrinkTile<2>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
+            case 1: ShrinkTile<1>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
+            case 2: ShrinkTile<2>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
 #if HWY_TARGET <= HWY_AVX3
-            case 3: ShrinkTile<3>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
-            case 4: ShrinkTile<4>(xr, h1, s.a_panel, ts, r0, tr, nrows); break;
+            case 3: ShrinkTile<3>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
+            case 4: ShrinkTile<4>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
 #endif
             default: break;
           }
         }
       }
 
-      // Expand: items are (column block, row panel), column-block major.
+      // Expand: items are (column block, row panel), column-block major; inside an item, row
+      // tiles outer so that each row of y and out is walked in runs of a whole column block, and
+      // the next row tile's y is prefetched while this one is computed.
       const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < n_col_blocks * n_panels; ++item) {
         const int64_t cb = item / n_panels, rp = item % n_panels;
-        const int64_t ct_end = std::min(n_tiles, (cb + 1) * kColBlockTiles);
+        const int64_t ct_begin = cb * col_block_tiles, ct_end = std::min(n_tiles, ct_begin + col_block_tiles);
         const int64_t blk_end = std::min(n_blocks, (rp + 1) * kRowPanelTiles);
-        for (int64_t ct = cb * kColBlockTiles; ct < ct_end; ++ct) {
-          const float *tile = s.b_panel + ct * R * tw;
-          for (int64_t blk = rp * kRowPanelTiles; blk < blk_end; ++blk) {
-            const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
-            const float *tr[kMR];
-            const T *yr[kMR];
-            T *outr[kMR];
-            for (int m = 0; m < kMR; ++m) {
-              const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
-              const int64_t row = a.rows[k];
-              tr[m] = s.t + k * ts;
-              yr[m] = y + row * a.y_stride + a.y_offset;
-              outr[m] = out + row * a.out_stride + a.y_offset;
+        for (int64_t blk = rp * kRowPanelTiles; blk < blk_end; ++blk) {
+          const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
+          const float *tr[kMR];
+          const T *yr[kMR];
+          T *outr[kMR];
+          for (int m = 0; m < kMR; ++m) {
+            const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+            const int64_t row = a.rows[k];
+            tr[m] = s.t + k * ts;
+            yr[m] = y + row * a.y_stride + a.y_offset;
+            outr[m] = out + row * a.out_stride + a.y_offset;
+          }
+          const int64_t next_rows = blk + 1 < blk_end ? std::min<int64_t>(kMR, n - (blk + 1) * kMR) : 0;
+          for (int64_t ct = ct_begin; ct < ct_end; ++ct) {
+            const int64_t col0 = ct * tw;
+            for (int64_t m = 0; m < next_rows; ++m) {
+              const T *ny = y + static_cast<int64_t>(a.rows[g0 + (blk + 1) * kMR + m]) * a.y_stride + a.y_offset;
+              for (int64_t c = col0; c < std::min(h2, col0 + tw); c += 64 / static_cast<int64_t>(sizeof(T))) {
+                hwy::Prefetch(ny + c);
+              }
             }
-            ExpandTile(tr, nrows, tile, R, ct * tw, h2, yr, outr, a.scale, buf);
+            ExpandTile(tr, nrows, s.b_panel + ct * R * tw, R, col0, h2, yr, outr, a.scale, buf);
           }
         }
       }
