@@ -205,15 +205,33 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   const void *idx = indices_.data;
   int64_t first_bad = n, padding = 0;
   int duplicates = bitmap == nullptr ? 1 : 0;
-  const int nt_pack = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, n >> 15)));
   auto index_at = [&](int64_t i) -> int64_t {
     return wide ? static_cast<const int64_t *>(idx)[i * stride] : static_cast<const int32_t *>(idx)[i * stride];
   };
-#pragma omp parallel num_threads(nt_pack) reduction(min : first_bad) reduction(+ : padding) \
-    reduction(| : duplicates)
-  {
-    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-    for (int64_t i = n * t / team, e = n * (t + 1) / team; i < e; ++i) {
+  if (bitmap != nullptr) {
+    // One serial pass: the bitmap (R / 8 bytes: 244 KiB for 2M rows) stays in L2, and a serial
+    // pass (about 1 ms for the seed's 564,096 indices) measured faster and far steadier than
+    // atomic or row-partitioned parallel variants on this 2-core machine.
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = index_at(i);
+      uint64_t key_row = static_cast<uint64_t>(rows);
+      if (r < 0) {
+        ++padding;
+      } else if (r >= rows) {
+        first_bad = std::min(first_bad, i);
+      } else {
+        key_row = static_cast<uint64_t>(r);
+        const uint64_t bit = uint64_t{1} << (r & 63);
+        duplicates |= (bitmap[r >> 6] & bit) != 0 ? 1 : 0;
+        bitmap[r >> 6] |= bit;
+      }
+      entries[i] = (key_row << 32) | static_cast<uint64_t>(i);
+    }
+  } else {
+    // A table too large for the bitmap: always group by sorting.
+    const int nt_pack = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, n >> 15)));
+#pragma omp parallel for num_threads(nt_pack) schedule(static) reduction(min : first_bad) reduction(+ : padding)
+    for (int64_t i = 0; i < n; ++i) {
       const int64_t r = index_at(i);
       uint64_t key_row = static_cast<uint64_t>(rows);
       if (r < 0) {
@@ -224,22 +242,6 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
         key_row = static_cast<uint64_t>(r);
       }
       entries[i] = (key_row << 32) | static_cast<uint64_t>(i);
-    }
-    if (bitmap != nullptr) {
-      // Each thread owns the bitmap words of a range of rows, so no two threads write one word.
-      const int64_t lo = rows * t / team / 64 * 64;
-      const int64_t hi = t + 1 == team ? rows : rows * (t + 1) / team / 64 * 64;
-      // Branch-free: an index outside this thread's rows sets a bit in a local dummy word.
-      uint64_t dummy = 0;
-      const auto span = static_cast<uint64_t>(hi - lo);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t r = index_at(i);
-        const bool mine = static_cast<uint64_t>(r - lo) < span;
-        uint64_t *word = mine ? bitmap + (r >> 6) : &dummy;
-        const uint64_t bit = mine ? uint64_t{1} << (r & 63) : 0;
-        duplicates |= (*word & bit) != 0 ? 1 : 0;
-        *word |= bit;
-      }
     }
   }
   if (first_bad < n) {
