@@ -121,6 +121,22 @@ void report_bandwidth(benchmark::State &state, double bytes_per_iteration) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void report_bandwidth_seconds(benchmark::State &state, double bytes, double seconds) {
+  const double ceiling = copy_bandwidth();
+  state.counters["GB/s"] = bytes / seconds * 1e-9;
+  state.counters["copy_GB/s"] = ceiling * 1e-9;
+  state.counters["of_copy"] = bytes / seconds / ceiling;
+}
+
+void report_flops_seconds(benchmark::State &state, double flops, double seconds) {
+  const double peak = fma_peak_flops();
+  state.counters["GFLOP/s"] = flops / seconds * 1e-9;
+  state.counters["peak_GFLOP/s"] = peak * 1e-9;
+  state.counters["of_peak"] = flops / seconds / peak;
+}
+
+double median_of(std::vector<double> v) { return v.empty() ? 0.0 : median(std::move(v)); }
+
 void report_flops(benchmark::State &state, double flops_per_iteration) {
   const double peak = fma_peak_flops();
   state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);

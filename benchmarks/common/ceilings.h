@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <vector>
 
 namespace fusekit::bench {
 
@@ -20,6 +21,14 @@ double fma_peak_flops();
 // Adds the copy-bandwidth ceiling and ratio counters to a benchmark that moved `bytes` per
 // iteration: "GB/s", "copy_GB/s", "of_copy".
 void report_bandwidth(benchmark::State &state, double bytes_per_iteration);
+
+// The same from a time the benchmark measured itself (for instance the median of its own
+// per-iteration timings): plain counters, no "/s" suffix.
+void report_bandwidth_seconds(benchmark::State &state, double bytes, double seconds);
+void report_flops_seconds(benchmark::State &state, double flops, double seconds);
+
+// The median of a sample (by value).
+double median_of(std::vector<double> v);
 
 // Adds GFLOP/s and the ratio to the FMA peak: "GFLOP/s", "peak_GFLOP/s", "of_peak".
 void report_flops(benchmark::State &state, double flops_per_iteration);

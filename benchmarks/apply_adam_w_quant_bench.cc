@@ -1,0 +1,137 @@
+// ApplyAdamWQuant benchmark: one 8-bit AdamW step over a 64M-element tensor in each dtype, in GB/s
+// at 16 bytes per element (float32: var read and written, grad read, one code each of m and v read
+// and written; 10 bytes for float16/bfloat16), against the copy bandwidth measured in the same run
+// (benchmarks/common/ceilings.h). Beside it, on the same tensor:
+//   - AdamW (float32 m and v): the fused 32-bit step the 8-bit one replaces, 28 bytes per element;
+//     the 8-bit step should take no longer;
+//   - the 8-bit step with the nearest code found by 8-step binary search instead of the table.
+// Buffers come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+
+#include "common/ceilings.h"
+#include "fusekit/apply_adam_w_quant.h"
+#include "fusekit/float16.h"
+
+namespace {
+
+using fusekit::bench::DeviceBuffer;
+using fusekit::DType;
+using fusekit::TensorView;
+
+constexpr int64_t kN = int64_t{64} << 20;
+
+// xorshift values in [-1, 1) (gradients, var) and random codes, filled in parallel.
+void fill(void *p, DType t, int64_t n, uint64_t seed, float scale) {
+#pragma omp parallel
+  {
+    const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(tid) + 1;
+    for (int64_t i = n * tid / nt; i < n * (tid + 1) / nt; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const float f = scale * (static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f);
+      switch (t) {
+        case DType::kFloat32: static_cast<float *>(p)[i] = f; break;
+        case DType::kFloat16: static_cast<uint16_t *>(p)[i] = fusekit::float_to_half_bits(f); break;
+        case DType::kBFloat16: static_cast<uint16_t *>(p)[i] = fusekit::float_to_bf16_bits(f); break;
+        case DType::kUInt8: static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(x >> 56); break;
+        default: break;
+      }
+    }
+  }
+}
+
+struct QuantData {
+  DType dtype;
+  DeviceBuffer var, grad, m, v, absmax_m, absmax_v;
+  std::array<float, 256> qm = fusekit::create_dynamic_map(true), qv = fusekit::create_dynamic_map(false);
+  explicit QuantData(DType t)
+      : dtype(t),
+        var(static_cast<size_t>(kN) * fusekit::dtype_size(t)),
+        grad(static_cast<size_t>(kN) * fusekit::dtype_size(t)),
+        m(static_cast<size_t>(kN)),
+        v(static_cast<size_t>(kN)),
+        absmax_m(static_cast<size_t>(kN / 256) * 4),
+        absmax_v(static_cast<size_t>(kN / 256) * 4) {
+    fill(var.ptr, t, kN, 1, 1.0f);
+    fill(grad.ptr, t, kN, 2, 0.01f);
+    fill(m.ptr, DType::kUInt8, kN, 3, 1.0f);
+    fill(v.ptr, DType::kUInt8, kN, 4, 1.0f);
+    for (int64_t b = 0; b < kN / 256; ++b) {
+      absmax_m.as<float>()[b] = 0.01f;
+      absmax_v.as<float>()[b] = 1e-4f;
+    }
+  }
+  TensorView flat(const DeviceBuffer &b, DType t, int64_t n) const { return TensorView::contiguous(b.ptr, t, &n, 1); }
+};
+
+void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch search) {
+  QuantData d(t);
+  fusekit::ApplyAdamWQuantOptions o;
+  o.weight_decay = 0.01;
+  o.search = search;
+  fusekit::ApplyAdamWQuant plan;
+  const fusekit::Status st = fusekit::ApplyAdamWQuant::plan(
+      d.flat(d.var, t, kN), d.flat(d.grad, t, kN), d.flat(d.m, DType::kUInt8, kN), d.flat(d.v, DType::kUInt8, kN),
+      TensorView::of(d.qm.data(), {256}), TensorView::of(d.qv.data(), {256}), d.flat(d.absmax_m, DType::kFloat32, kN / 256),
+      d.flat(d.absmax_v, DType::kFloat32, kN / 256), o, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  DeviceBuffer ws(plan.workspace_size());
+  int64_t step = 0;
+  for (auto _ : state) {
+    const fusekit::Status r = plan.run(step++, ws.ptr, ws.size);
+    if (!r.ok()) state.SkipWithError(r.message().c_str());
+  }
+  const double bytes_per_elem = t == DType::kFloat32 ? 16.0 : 10.0;
+  fusekit::bench::report_bandwidth(state, bytes_per_elem * static_cast<double>(kN));
+  state.counters["elements"] = static_cast<double>(kN);
+}
+
+void BM_AdamW(benchmark::State &state) {
+  DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4), m(static_cast<size_t>(kN) * 4),
+      v(static_cast<size_t>(kN) * 4);
+  fill(var.ptr, DType::kFloat32, kN, 1, 1.0f);
+  fill(grad.ptr, DType::kFloat32, kN, 2, 0.01f);
+  fill(m.ptr, DType::kFloat32, kN, 3, 0.001f);
+  fill(v.ptr, DType::kFloat32, kN, 4, 1e-6f);
+#pragma omp parallel for
+  for (int64_t i = 0; i < kN; ++i) v.as<float>()[i] *= v.as<float>()[i] < 0 ? -1.0f : 1.0f;
+  fusekit::AdamWOptions o;
+  o.weight_decay = 0.01;
+  fusekit::AdamW plan;
+  int64_t n = kN;
+  const fusekit::Status st = fusekit::AdamW::plan(
+      TensorView::contiguous(var.ptr, DType::kFloat32, &n, 1), TensorView::contiguous(grad.ptr, DType::kFloat32, &n, 1),
+      TensorView::contiguous(m.ptr, DType::kFloat32, &n, 1), TensorView::contiguous(v.ptr, DType::kFloat32, &n, 1), o,
+      &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  int64_t step = 0;
+  for (auto _ : state) {
+    const fusekit::Status r = plan.run(step++);
+    if (!r.ok()) state.SkipWithError(r.message().c_str());
+  }
+  fusekit::bench::report_bandwidth(state, 28.0 * static_cast<double>(kN));
+  state.counters["elements"] = static_cast<double>(kN);
+}
+
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32, DType::kFloat32, fusekit::QuantSearch::kAuto)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16, DType::kBFloat16, fusekit::QuantSearch::kAuto)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float16, DType::kFloat16, fusekit::QuantSearch::kAuto)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AdamW)->Name("BM_AdamW/float32_fused_step")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_binary_search, DType::kFloat32, fusekit::QuantSearch::kBinarySearch)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
