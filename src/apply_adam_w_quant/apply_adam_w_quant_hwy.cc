@@ -93,6 +93,18 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t,
   const hn::RebindToSigned<DF> di;
   const hn::RebindToUnsigned<DF> du;
   x = hn::IfThenZeroElse(hn::IsNaN(x), x);
+  if (t.packed != nullptr) {
+    // One lookup: the bucket's codes below and above its threshold, and the threshold's low bits.
+    x = hn::Add(x, hn::Zero(df));  // -0 becomes +0
+    const auto bits = hn::BitCast(du, x);
+    const auto flip = hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+    const auto key = hn::Xor(bits, flip);
+    const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(t.packed), hn::BitCast(di, hn::ShiftRight<16>(key)));
+    const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
+    const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
+    const auto ff = hn::Set(di, 0xff);
+    return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
+  }
   hn::Vec<decltype(di)> c;
   if (t.lut != nullptr) {
     const auto bits = hn::BitCast(du, x);
@@ -122,6 +134,48 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t,
     code = hn::IfThenElse(need, moved, code);
   }
   return code;
+}
+
+// The packed-table code of x' = m * (1 / absmax), and the lanes where x' may sit on the other side
+// of a threshold or bucket edge than x = m / absmax would: x' is within 3 units in the last place
+// of x (two float32 roundings and the reciprocal's), so a lane whose key is more than kMargin
+// keys from its bucket's threshold and edges has x's code. The caller redoes unsure vectors
+// exactly with the division.
+constexpr int32_t kMargin = 8;
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> PackedCodesApprox(DF df, const uint32_t *packed, hn::Vec<DF> x,
+                                                             hn::Mask<hn::RebindToSigned<DF>> *unsure) {
+  const hn::RebindToSigned<DF> di;
+  const hn::RebindToUnsigned<DF> du;
+  x = hn::Add(hn::IfThenZeroElse(hn::IsNaN(x), x), hn::Zero(df));
+  const auto bits = hn::BitCast(du, x);
+  const auto flip = hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+  const auto key = hn::Xor(bits, flip);
+  const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(packed), hn::BitCast(di, hn::ShiftRight<16>(key)));
+  const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
+  const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
+  const auto ff = hn::Set(di, 0xff);
+  *unsure = hn::Or(hn::Lt(hn::Abs(hn::Sub(low, thr_low)), hn::Set(di, kMargin + 1)),
+                   hn::Or(hn::Lt(low, hn::Set(di, kMargin + 1)), hn::Gt(low, hn::Set(di, 0xffff - kMargin - 1))));
+  return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
+}
+
+// A block's codes for one map: by reciprocal when the table is packed and 1 / absmax is a normal
+// float (checked lanes redone exactly), else by division.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> BlockCodes(DF df, const QuantMapTables &t, hn::Vec<DF> m, hn::Vec<DF> vdiv,
+                                                      bool use_recip, hn::Vec<DF> vrecip) {
+  const hn::RebindToSigned<DF> di;
+  if (use_recip) {
+    hn::Mask<decltype(di)> unsure;
+    const auto c = PackedCodesApprox(df, t.packed, hn::Mul(m, vrecip), &unsure);
+    if (HWY_LIKELY(hn::AllFalse(di, unsure))) return c;
+  }
+  return Codes(df, t, hn::Div(m, vdiv));
+}
+
+inline bool recip_ok(const QuantMapTables &t, float div) {
+  return t.packed != nullptr && div >= 0x1p-126f && div <= 0x1p126f;
 }
 
 template <typename T>
@@ -203,9 +257,11 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
     const float div_v = max_v == 0.0f ? 1.0f : max_v;
     const auto vdiv_m = hn::Set(df, div_m), vdiv_v = hn::Set(df, div_v);
+    const bool recip_m = recip_ok(a.map_m, div_m), recip_v = recip_ok(a.map_v, div_v);
+    const auto vrecip_m = hn::Set(df, 1.0f / div_m), vrecip_v = hn::Set(df, 1.0f / div_v);
     for (int64_t j = 0; j < vec_len; j += N) {
-      const auto cm = Codes(df, a.map_m, hn::Div(hn::Load(df, m_new + j), vdiv_m));
-      const auto cv = Codes(df, a.map_v, hn::Div(hn::Load(df, v_new + j), vdiv_v));
+      const auto cm = BlockCodes(df, a.map_m, hn::Load(df, m_new + j), vdiv_m, recip_m, vrecip_m);
+      const auto cv = BlockCodes(df, a.map_v, hn::Load(df, v_new + j), vdiv_v, recip_v, vrecip_v);
       hn::StoreU(hn::DemoteTo(d8, cm), d8, a.m + lo + j);
       hn::StoreU(hn::DemoteTo(d8, cv), d8, a.v + lo + j);
     }
@@ -298,6 +354,7 @@ namespace {
 void init_targets() {
   if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
+
 }  // namespace
 
 AdamWQuantBlocksFn adam_w_quant_blocks_optimized() {

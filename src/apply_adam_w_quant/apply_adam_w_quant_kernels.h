@@ -19,9 +19,13 @@ namespace fusekit {
 // bracket x: the upper one u_{k+1} wins iff fl(u_{k+1} - x) < fl(x - u_k). That choice is monotone
 // in x, so it is one threshold per pair: thr[k] is the smallest float for which u_{k+1} wins, and
 //   code(x) = first[#{k : thr[k] <= x}]          (a NaN x is taken as 0)
-// thr[K-1 .. 255] hold NaN, which no comparison passes. The optimized kernel counts with a table:
-// lut[key(x) >> 16] is the count at the lowest float of x's bucket (key: the float's bits made
-// monotone), and at most `refine_steps` comparisons with the next thresholds finish it.
+// thr[K-1 .. 255] hold NaN, which no comparison passes. The optimized kernel uses a table over
+// buckets of floats (key(x) >> 16, key: the float's bits made monotone, -0 taken as +0):
+//  - packed (when no bucket holds two thresholds and the sign fix cannot act, as with the dynamic
+//    and linspace maps): one 32-bit entry per bucket = code below | code above << 8 | the low 16
+//    key bits of the bucket's threshold << 16 (0 when it has none); one lookup, one comparison;
+//  - else lut[bucket] is the count at the bucket's lowest float and `refine_steps` comparisons
+//    with the next thresholds finish it.
 // ---------------------------------------------------------------------------------------------
 inline constexpr int kLutBuckets = 1 << 16;
 
@@ -29,7 +33,8 @@ struct QuantMapTables {
   const float *q = nullptr;        // the map, 256 floats
   const float *thr = nullptr;      // 256 floats (NaN from K - 1 on)
   const int32_t *first = nullptr;  // 256: the code of count c
-  const uint8_t *lut = nullptr;    // kLutBuckets + 4 bytes, or null: binary search
+  const uint32_t *packed = nullptr;  // kLutBuckets entries, or null
+  const uint8_t *lut = nullptr;    // kLutBuckets + 4 bytes, or null (then, without packed: binary search)
   int distinct = 0;                // K
   int refine_steps = 0;            // comparisons after the table lookup
   bool identity_first = true;      // first[c] == c (no repeated values)

@@ -65,7 +65,7 @@ float threshold_between(float lo, float hi) {
 }  // namespace
 
 size_t quant_tables_bytes(bool with_lut) {
-  return with_lut ? (kLutOffset + kLutBuckets + 64 + 63) / 64 * 64 : kLutOffset;
+  return with_lut ? (kLutOffset + kLutBuckets * sizeof(uint32_t) + 64 + 63) / 64 * 64 : kLutOffset;
 }
 
 int quant_count_reference(const QuantMapTables &t, float x) {
@@ -122,18 +122,45 @@ void build_quant_tables(const float *q_in, int64_t q_stride, bool for_m, bool wi
     t.sign_fix = q_pos < 0.0f || q_neg > 0.0f;
   }
   if (with_lut) {
-    auto *lut = reinterpret_cast<uint8_t *>(base + kLutOffset);
-    int c = 0, widest = 0;
-    for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
-      const float x = std::bit_cast<float>(key_to_bits(b << 16));
-      while (c < distinct - 1 && x >= thr[c]) ++c;
-      lut[b] = static_cast<uint8_t>(c);
-      if (b > 0) widest = std::max(widest, c - lut[b - 1]);
+    // Thresholds per bucket (a threshold of -0 would sit in the negative bucket 0x7fff; x is never
+    // -0 there, so it belongs with +0 in bucket 0x8000, low bits 0).
+    auto bucket_key = [](float f) {
+      const uint32_t key = float_key(std::bit_cast<uint32_t>(f));
+      return key == 0x7fffffffu ? 0x80000000u : key;
+    };
+    bool packable = !t.sign_fix;
+    for (int c = 1; packable && c < distinct - 1; ++c) {
+      packable = (bucket_key(thr[c]) >> 16) != (bucket_key(thr[c - 1]) >> 16);
     }
-    // The last bucket holds +Inf and NaNs only; past it, padding for 4-byte gathers.
-    std::memset(lut + kLutBuckets, 0, 64);
-    t.lut = lut;
-    t.refine_steps = widest;
+    if (packable) {
+      auto *packed = reinterpret_cast<uint32_t *>(base + kLutOffset);
+      int c = 0;
+      for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
+        // c: the count below this bucket; a threshold inside it moves the code at its low bits.
+        const uint32_t below = static_cast<uint32_t>(first[c]);
+        if (c < distinct - 1 && (bucket_key(thr[c]) >> 16) == b) {
+          const uint32_t low = bucket_key(thr[c]) & 0xffffu;
+          packed[b] = below | static_cast<uint32_t>(first[c + 1]) << 8 | low << 16;
+          ++c;
+        } else {
+          packed[b] = below | below << 8;
+        }
+      }
+      t.packed = packed;
+    } else {
+      auto *lut = reinterpret_cast<uint8_t *>(base + kLutOffset);
+      int c = 0, widest = 0;
+      for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
+        const float x = std::bit_cast<float>(key_to_bits(b << 16));
+        while (c < distinct - 1 && x >= thr[c]) ++c;
+        lut[b] = static_cast<uint8_t>(c);
+        if (b > 0) widest = std::max(widest, c - lut[b - 1]);
+      }
+      // The last bucket holds +Inf and NaNs only; past it, padding for 4-byte gathers.
+      std::memset(lut + kLutBuckets, 0, 64);
+      t.lut = lut;
+      t.refine_steps = widest;
+    }
   }
   *out = t;
 }
