@@ -366,6 +366,37 @@ TEST(AddLora, WithoutWeightA) {
   check_all(p, "no weightA, B = 1");
 }
 
+// Weights with padded rows (each weight matrix a slice of a wider buffer): any outer strides work.
+TEST(AddLora, RowStridedWeights) {
+  Problem p;
+  p.B = 20;
+  p.H1 = 40;
+  p.H2 = 50;
+  p.H3 = 50;
+  p.R = 16;
+  p.W = 3;
+  p.L = 2;
+  p.layer = 1;
+  p.seed = 65;
+  for (DType dt : kDtypes) {
+    for (const KernelPath &k : kKernels) {
+      p.dt = dt;
+      Data d = make(p);
+      const size_t es = dtype_size(dt);
+      const int64_t pa = p.H1 + 5, pb = p.R + 3;
+      std::vector<uint8_t> wa(static_cast<size_t>(p.W * p.L * p.R * pa) * es), wb(static_cast<size_t>(p.W * p.L * p.H2 * pb) * es);
+      for (int64_t i = 0; i < p.W * p.L * p.R; ++i) std::memcpy(wa.data() + i * pa * es, d.wa.data() + i * p.H1 * es, p.H1 * es);
+      for (int64_t i = 0; i < p.W * p.L * p.H2; ++i) std::memcpy(wb.data() + i * pb * es, d.wb.data() + i * p.R * es, p.R * es);
+      const TensorView va = TensorView::strided(wa.data(), dt, {p.W, p.L, p.R, p.H1}, {p.L * p.R * pa, p.R * pa, pa, 1});
+      const TensorView vb = TensorView::strided(wb.data(), dt, {p.W, p.L, p.H2, p.R}, {p.L * p.H2 * pb, p.H2 * pb, pb, 1});
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + k.name);
+      const Status st = add_lora(d.vy, d.vx, vb, d.vi, va, d.vo, options_for(p, k.kernel, k.path));
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(check(d, k.name), 0);
+    }
+  }
+}
+
 // A kernel that rounds t and scale*z to float16 (CANN's way) must fail the bound: the bound is
 // not vacuous.
 TEST(AddLora, BoundCatchesFloat16Intermediates) {
@@ -648,6 +679,9 @@ TEST(AclnnAddLora, RunsAndRefuses) {
             std::string::npos)
       << aclGetRecentErrMsg();
   EXPECT_TRUE(d.y == before);
+  // An executor that is never run is dropped with aclDestroyAclOpExecutor.
+  ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, -1, y, &ws, &ex), 0);
+  EXPECT_EQ(aclDestroyAclOpExecutor(ex), 0);
   for (aclTensor *t : {y, x, wb, wa, idx}) aclDestroyTensor(t);
 }
 
