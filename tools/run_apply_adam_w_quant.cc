@@ -1,0 +1,111 @@
+// The ApplyAdamWQuant op runner of the golden flow: reads <dir>/input/*.bin and <dir>/params.txt,
+// runs aclnnApplyAdamWQuant on "device" memory from aclrtMalloc(HUGE_FIRST), writes
+// <dir>/output/*.bin (var, m, v, absmax_m, absmax_v) and its time.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_apply_adam_w_quant.h"
+#include "bin_io.h"
+
+using fusekit::tools::die;
+
+namespace {
+
+struct DeviceTensor {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+  aclTensor *tensor = nullptr;
+};
+
+DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt) {
+  DeviceTensor t;
+  t.bytes = host.size();
+  if (aclrtMalloc(&t.ptr, t.bytes > 0 ? t.bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (t.bytes > 0 &&
+      aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(), shape.size(),
+                             t.ptr);
+  if (t.tensor == nullptr) die(aclGetRecentErrMsg());
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) die("usage: run_apply_adam_w_quant <dir>");
+  const std::string dir = argv[1];
+  fusekit::tools::Params p(dir + "/params.txt");
+  const int64_t rows = p.integer("rows"), cols = p.integer("cols"), n = rows * cols;
+  const int64_t blocks = (n + 255) / 256;
+  const std::string dtype = p.str("dtype");
+  const aclDataType dt = dtype == "float16" ? ACL_FLOAT16 : dtype == "bfloat16" ? ACL_BF16 : ACL_FLOAT;
+  const double elem = dtype == "float32" ? 4.0 : 2.0;
+  if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
+  aclrtStream stream = nullptr;
+  if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+
+  auto in = [&](const char *name) { return fusekit::tools::read_bin(dir + "/input/" + name + ".bin"); };
+  DeviceTensor var = upload(in("var"), {rows, cols}, dt);
+  DeviceTensor grad = upload(in("grad"), {rows, cols}, dt);
+  DeviceTensor m = upload(in("m"), {rows, cols}, ACL_UINT8);
+  DeviceTensor v = upload(in("v"), {rows, cols}, ACL_UINT8);
+  DeviceTensor qm = upload(in("qmap_m"), {256}, ACL_FLOAT);
+  DeviceTensor qv = upload(in("qmap_v"), {256}, ACL_FLOAT);
+  DeviceTensor am = upload(in("absmax_m"), {blocks}, ACL_FLOAT);
+  DeviceTensor av = upload(in("absmax_v"), {blocks}, ACL_FLOAT);
+  DeviceTensor step = upload(in("step"), {1}, ACL_INT64);
+
+  char mode[] = "BLOCKWISE";
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t ws_size = 0;
+  aclOpExecutor *executor = nullptr;
+  if (aclnnApplyAdamWQuantGetWorkspaceSize(var.tensor, grad.tensor, m.tensor, v.tensor, qm.tensor, qv.tensor,
+                                           am.tensor, av.tensor, step.tensor, p.num("lr"), p.num("beta1"),
+                                           p.num("beta2"), p.num("weight_decay"), p.num("eps"),
+                                           p.num("gnorm_scale"), mode, 256, &ws_size, &executor) != ACLNN_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  void *ws = nullptr;
+  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  const auto t1 = std::chrono::steady_clock::now();
+  if (aclnnApplyAdamWQuant(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
+  if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  const auto t2 = std::chrono::steady_clock::now();
+  const std::string warning = aclGetRecentErrMsg();  // the skipped-block count, if any
+
+  const double run_s = std::chrono::duration<double>(t2 - t1).count();
+  const double bytes = static_cast<double>(n) * (3.0 * elem + 4.0);  // var r+w, grad r, m and v r+w
+  const std::pair<DeviceTensor *, const char *> outs[] = {
+      {&var, "var"}, {&m, "m"}, {&v, "v"}, {&am, "absmax_m"}, {&av, "absmax_v"}};
+  for (const auto &[t, name] : outs) {
+    std::vector<char> host(t->bytes);
+    if (t->bytes > 0) aclrtMemcpy(host.data(), host.size(), t->ptr, t->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+    fusekit::tools::write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
+  }
+  char time_ms[32], rate[32], plan_ms[32], shape[96];
+  std::snprintf(shape, sizeof shape, "[%lld, %lld] %s", static_cast<long long>(rows), static_cast<long long>(cols),
+                dtype.c_str());
+  std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
+  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", std::chrono::duration<double>(t1 - t0).count() * 1e3);
+  std::snprintf(rate, sizeof rate, "%.2f GB/s", bytes / run_s * 1e-9);
+  fusekit::tools::write_stats(dir, {{"time_ms", time_ms},
+                                    {"phase_one_ms", plan_ms},
+                                    {"rate", rate},
+                                    {"shape", shape},
+                                    {"workspace_bytes", std::to_string(ws_size)},
+                                    {"message", warning.empty() ? "-" : warning}});
+  for (const auto *t : {&var, &grad, &m, &v, &qm, &qv, &am, &av, &step}) {
+    aclDestroyTensor(t->tensor);
+    aclrtFree(t->ptr);
+  }
+  if (ws != nullptr) aclrtFree(ws);
+  aclrtDestroyStream(stream);
+  aclrtResetDevice(0);
+  aclFinalize();
+  return 0;
+}
