@@ -16,6 +16,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_add_lora.h"
+#include "common/simd_targets.h"
 #include "common/test_util.h"
 #include "fusekit/add_lora.h"
 #include "fusekit/float16.h"
@@ -434,6 +435,7 @@ TEST(AddLora, BoundCatchesFloat16Intermediates) {
 // bfloat16 results are rounded to nearest even (Highway 1.0.3 truncates on AVX2): y + x * 1 with
 // sums on ties and just above half an ulp, in the vector body and the tail of both paths.
 TEST(AddLora, BFloat16RoundsToNearestEven) {
+  fusekit::testing::for_each_simd_target([](const char *) {
   const int64_t H = 70;
   for (AddLoraPath path : {AddLoraPath::kPrefill, AddLoraPath::kDecode}) {
     for (int64_t rows : {1, 9}) {
@@ -463,6 +465,33 @@ TEST(AddLora, BFloat16RoundsToNearestEven) {
       }
     }
   }
+  });
+}
+
+// Every SIMD target Highway compiled and this CPU runs (AVX2 and AVX-512 tiles differ) against the
+// oracle, on odd sizes, tile edges and both paths.
+TEST(AddLora, EverySimdTarget) {
+  fusekit::testing::for_each_simd_target([](const char *target) {
+    Problem p;
+    p.B = 29;
+    p.H1 = 67;
+    p.H2 = 83;
+    p.H3 = 100;
+    p.R = 24;
+    p.W = 3;
+    p.y_offset = 17;
+    p.x_pad = 3;
+    p.scale = 0.75;
+    p.seed = 95;
+    for (int i = 0; i < 29; ++i) p.indices.push_back(i < 20 ? 1 : i % 5 - 1);  // a big group, small ones, -1
+    check_all(p, target);
+    p.R = 64;
+    p.H2 = 129;
+    p.H3 = 129;
+    p.y_offset = 0;
+    p.seed = 96;
+    check_all(p, target);
+  });
 }
 
 // Thread counts 1, 2 and 4 give bitwise identical results, on both paths.
