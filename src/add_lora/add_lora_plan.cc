@@ -11,6 +11,7 @@
 #include "add_lora/add_lora_kernels.h"
 #include "common/parallel.h"
 #include "common/str_cat.h"
+#include "common/verbose.h"
 #include "fusekit/add_lora.h"
 #include "fusekit/threading.h"
 
@@ -250,6 +251,7 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
     return Status::Invalid(str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
   }
   if (workspace == nullptr) return Status::NullPointer(str_cat(kOp, ": workspace is null"));
+  StageTimer timer;
   const bool panels = kernel_ != KernelChoice::kReference;
   const WorkspaceLayout lay = layout_for(b_, w_, h1_, h2_, r_, threads_, panels);
   auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
@@ -283,6 +285,7 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
   }
   st.rows_with_adapter = b_ - none;
   st.rows_without_adapter = none;
+  if (timer.on()) timer.stage("group");
 
   const size_t es = dtype_size(y_.dtype);
   // out is a separate tensor: the part of y that no update touches is copied, each element once.
@@ -306,7 +309,20 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
       }
     });
   }
-  if (st.rows_with_adapter == 0) return Status::Ok();
+  if (timer.on() && !in_place_) timer.stage("copy");
+  auto report = [&] {
+    if (!timer.on()) return;
+    timer.stage("compute");
+    verbose_print(str_cat(kOp, ",dtype=", dtype_name(y_.dtype), ",B=", b_, ",H1=", h1_, ",H2=", h2_, ",H3=", h3_,
+                          ",R=", r_, ",W=", w_, ",weightA=", has_a_ ? "yes" : "no", ",in_place=", in_place_ ? 1 : 0,
+                          ",kernel=", kernel_ == KernelChoice::kReference ? "reference" : add_lora_optimized_target(),
+                          ",threads=", threads_, ",rows=", st.rows_with_adapter, ",prefill_groups=", st.prefill_groups,
+                          ",decode_groups=", st.decode_groups, ",", timer.fields()));
+  };
+  if (st.rows_with_adapter == 0) {
+    report();
+    return Status::Ok();
+  }
 
   AddLoraArgs args;
   args.dtype = y_.dtype;
@@ -341,6 +357,7 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
   scratch.t_stride = lay.sizes.t_stride;
   if (!panels) {
     add_lora_reference(args, scratch);
+    report();
     return Status::Ok();
   }
   scratch.a_panel = reinterpret_cast<float *>(base + lay.a_panel);
@@ -354,6 +371,7 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
   const AddLoraRunInfo info = add_lora_optimized()(args, scratch, threads_, min_rows);
   st.prefill_groups = info.prefill_groups;
   st.decode_groups = info.decode_groups;
+  report();
   return Status::Ok();
 }
 
