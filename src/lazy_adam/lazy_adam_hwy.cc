@@ -15,9 +15,6 @@ HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// How many entries ahead the kernel prefetches (FBGEMM's sparse optimizers use 16 rows).
-constexpr int64_t kPrefetchAhead = 12;
-
 HWY_INLINE void PrefetchRow(const float *p, int64_t dim) {
   const auto *bytes = reinterpret_cast<const char *>(p);
   const int64_t n = dim * static_cast<int64_t>(sizeof(float));
@@ -25,20 +22,62 @@ HWY_INLINE void PrefetchRow(const float *p, int64_t dim) {
   hwy::Prefetch(bytes + n - 1);
 }
 
-int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, float *scratch) {
+struct Consts {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon, neg_lr;
+};
+
+// The update of lanes [j, j + Lanes(d)) of one row. Every op is an exact IEEE operation, in the
+// order of the scalar formula, so any vector width gives the scalar result bit for bit.
+template <class D>
+HWY_INLINE void UpdateLanes(D d, const Consts &c, const float *HWY_RESTRICT g, float *HWY_RESTRICT m,
+                            float *HWY_RESTRICT v, float *HWY_RESTRICT var) {
+  const auto gj = hn::LoadU(d, g);
+  const auto mj = hn::Add(hn::Mul(hn::LoadU(d, m), hn::Set(d, c.beta1)), hn::Mul(gj, hn::Set(d, c.one_minus_beta1)));
+  const auto vj = hn::Abs(hn::Add(hn::Mul(hn::LoadU(d, v), hn::Set(d, c.beta2)),
+                                  hn::Mul(hn::Mul(gj, gj), hn::Set(d, c.one_minus_beta2))));
+  const auto denom = hn::Add(hn::Sqrt(vj), hn::Set(d, c.epsilon));
+  hn::StoreU(mj, d, m);
+  hn::StoreU(vj, d, v);
+  hn::StoreU(hn::Add(hn::LoadU(d, var), hn::Div(hn::Mul(mj, hn::Set(d, c.neg_lr)), denom)), d, var);
+}
+
+// Nonzero (NaN) when any of the lanes is NaN or Inf: g * 0 is 0 for finite g.
+template <class D>
+HWY_INLINE bool LanesFinite(D d, const float *HWY_RESTRICT g) {
+  const auto z = hn::Zero(d);
+  return hn::AllTrue(d, hn::Eq(hn::Mul(hn::LoadU(d, g), z), z));
+}
+
+// Applies fn(tag, j) over [0, D): full vectors, then one vector each of 8 and 4 lanes where the
+// full vector is wider, then single lanes. A row of 8 floats is one 8-lane step even on AVX-512.
+template <class Fn>
+HWY_INLINE void ForEachSpan(int64_t D, Fn &&fn) {
   const hn::ScalableTag<float> d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t D = a.dim;
-  const auto vb1 = hn::Set(d, a.beta1), vb2 = hn::Set(d, a.beta2);
-  const auto vomb1 = hn::Set(d, a.one_minus_beta1), vomb2 = hn::Set(d, a.one_minus_beta2);
-  const auto veps = hn::Set(d, a.epsilon), vneglr = hn::Set(d, a.neg_lr);
-  const auto zero = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + N <= D; j += N) fn(d, j);
+#if HWY_TARGET != HWY_SCALAR
+  if (N > 8 && j + 8 <= D) {
+    fn(hn::CappedTag<float, 8>(), j);
+    j += 8;
+  }
+  if (N > 4 && j + 4 <= D) {
+    fn(hn::CappedTag<float, 4>(), j);
+    j += 4;
+  }
+#endif
+  for (; j < D; ++j) fn(hn::CappedTag<float, 1>(), j);
+}
 
+int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, float *scratch) {
+  const int64_t D = a.dim;
+  const Consts c{a.beta1, a.beta2, a.one_minus_beta1, a.one_minus_beta2, a.epsilon, a.neg_lr};
+  const int64_t ahead = a.prefetch_ahead;
   int64_t skipped = 0;
   int64_t k = begin;
   while (k < end) {
-    if (k + kPrefetchAhead < end) {
-      const uint64_t e = a.entries[k + kPrefetchAhead];
+    if (k + ahead < end) {
+      const uint64_t e = a.entries[k + ahead];
       const auto r = static_cast<int64_t>(e >> 32);
       PrefetchRow(a.grad + static_cast<int64_t>(e & 0xffffffffu) * a.grad_stride, D);
       PrefetchRow(a.m + r * a.m_stride, D);
@@ -53,51 +92,26 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
       for (int64_t j = 0; j < D; ++j) scratch[j] = g[j];
       for (; next < end && (a.entries[next] >> 32) == row; ++next) {
         const float *h = a.grad + static_cast<int64_t>(a.entries[next] & 0xffffffffu) * a.grad_stride;
-        int64_t j = 0;
-        for (; j + N <= D; j += N) {
+        ForEachSpan(D, [&](auto d, int64_t j) {
           hn::StoreU(hn::Add(hn::LoadU(d, scratch + j), hn::LoadU(d, h + j)), d, scratch + j);
-        }
-        for (; j < D; ++j) scratch[j] = scratch[j] + h[j];
+        });
       }
       g = scratch;
     }
     k = next;
     if (row >= a.row_limit) continue;  // padding
 
-    // Finite check: g * 0 is 0 for finite g and NaN for Inf or NaN.
-    auto acc = zero;
-    int64_t j = 0;
-    for (; j + N <= D; j += N) acc = hn::Add(acc, hn::Mul(hn::LoadU(d, g + j), zero));
-    bool finite = hn::AllTrue(d, hn::Eq(acc, zero));
-    for (; j < D; ++j) finite = finite && std::isfinite(g[j]);
+    bool finite = true;
+    ForEachSpan(D, [&](auto d, int64_t j) { finite = LanesFinite(d, g + j) && finite; });
     if (!finite) {
       ++skipped;
       continue;
     }
-
     const auto r = static_cast<int64_t>(row);
-    float *HWY_RESTRICT m = a.m + r * a.m_stride;
-    float *HWY_RESTRICT v = a.v + r * a.v_stride;
-    float *HWY_RESTRICT var = a.var + r * a.var_stride;
-    j = 0;
-    for (; j + N <= D; j += N) {
-      const auto gj = hn::LoadU(d, g + j);
-      const auto mj = hn::Add(hn::Mul(hn::LoadU(d, m + j), vb1), hn::Mul(gj, vomb1));
-      const auto vj = hn::Abs(hn::Add(hn::Mul(hn::LoadU(d, v + j), vb2), hn::Mul(hn::Mul(gj, gj), vomb2)));
-      const auto denom = hn::Add(hn::Sqrt(vj), veps);
-      hn::StoreU(mj, d, m + j);
-      hn::StoreU(vj, d, v + j);
-      hn::StoreU(hn::Add(hn::LoadU(d, var + j), hn::Div(hn::Mul(mj, vneglr), denom)), d, var + j);
-    }
-    for (; j < D; ++j) {
-      const float gj = g[j];
-      const float mj = m[j] * a.beta1 + gj * a.one_minus_beta1;
-      const float vj = std::fabs(v[j] * a.beta2 + (gj * gj) * a.one_minus_beta2);
-      const float denom = std::sqrt(vj) + a.epsilon;
-      m[j] = mj;
-      v[j] = vj;
-      var[j] = var[j] + (mj * a.neg_lr) / denom;
-    }
+    float *m = a.m + r * a.m_stride;
+    float *v = a.v + r * a.v_stride;
+    float *var = a.var + r * a.var_stride;
+    ForEachSpan(D, [&](auto d, int64_t j) { UpdateLanes(d, c, g + j, m + j, v + j, var + j); });
   }
   return skipped;
 }

@@ -24,6 +24,8 @@ struct LazyAdamRowsArgs {
   // (the plan sorts when a row is named twice); entries with row >= row_limit are padding.
   const uint64_t *entries;
   uint64_t row_limit;
+  // How many entries ahead the optimized kernel prefetches rows (the plan picks it from D).
+  int64_t prefetch_ahead;
 };
 
 // Updates the rows named by entries[begin, end), where begin and end are boundaries between rows.

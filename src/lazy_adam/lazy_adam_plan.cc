@@ -13,6 +13,7 @@
 // then read sequentially and the three table rows are prefetched ahead.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -31,6 +32,19 @@ namespace {
 
 constexpr size_t kAlign = 64;
 constexpr const char *kOp = "LazyAdam";
+
+// Rows in flight: enough entries ahead to cover memory latency, few enough that the prefetched
+// lines (four rows per entry) stay within what the core can track. FBGEMM's sparse optimizers
+// prefetch 16 rows ahead.
+int64_t prefetch_ahead(int64_t dim) {
+  static const int64_t forced = [] {
+    const char *e = std::getenv("FUSEKIT_LAZY_ADAM_PREFETCH");  // for tuning runs only
+    return e != nullptr ? std::atoll(e) : 0;
+  }();
+  if (forced > 0) return forced;
+  const int64_t row_bytes = std::max<int64_t>(dim, 1) * 4;
+  return std::clamp<int64_t>(2048 / row_bytes, 2, 16);
+}
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -280,6 +294,7 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   args.neg_lr = -lr;
   args.entries = ordered;
   args.row_limit = static_cast<uint64_t>(rows);
+  args.prefetch_ahead = prefetch_ahead(d_);
   const LazyAdamRowsFn kernel =
       kernel_ == KernelChoice::kReference ? &lazy_adam_rows_reference : lazy_adam_rows_optimized();
 

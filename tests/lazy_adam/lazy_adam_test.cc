@@ -168,7 +168,7 @@ TEST_P(LazyAdamDims, BothKernelsBothIndexTypesEveryTargetMatchOracleBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(VectorWidthEdges, LazyAdamDims,
-                         ::testing::Values(1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 257));
+                         ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16, 17, 20, 28, 31, 32, 33, 64, 257));
 
 TEST(LazyAdam, UntouchedRowsKeepTheirBits) {
   Problem p = make_problem(7, 1000, 10, 16);
