@@ -84,7 +84,8 @@ void rmw_floor(const Data &d, const int32_t *order, bool order_is_sorted) {
   const int64_t n = d.s.n, D = d.s.dim;
   const float *g = d.grad.as<const float>();
   float *m = d.m.as<float>(), *v = d.v.as<float>(), *var = d.var.as<float>();
-  constexpr int64_t kAhead = 12;
+  // The kernel's prefetch distance for this row width (lazy_adam_plan.cc).
+  const int64_t kAhead = std::clamp<int64_t>(2048 / (D * 4), 2, 16);
   const int nt = fusekit::num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
