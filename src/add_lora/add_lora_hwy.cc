@@ -141,22 +141,23 @@ void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64
 
 // ---- prefill: register tiles ----
 
-// t rows tr[m][r0 .. r0 + NV*N) = sum over k of x[m][k] * at[k][r0 ..], k in order. xp holds the
-// kMR rows in chunks of kXChunk columns (xp[((k / kXChunk) * kMR + m) * kXChunk + k % kXChunk]),
-// so that within a chunk the broadcasts are fixed offsets of one pointer.
+// t rows tr[m][r0 .. r0 + NV*N) (+)= sum over k in [0, kn) of x[m][k] * at[k][r0 ..], k in order,
+// continuing from the partial sums already in t when `accumulate`. xp holds the kMR rows of this
+// k-range in chunks of kXChunk columns (xp[((k / kXChunk) * kMR + m) * kXChunk + k % kXChunk]), so
+// that within a chunk the broadcasts are fixed offsets of one pointer.
 template <int NV>
-HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t h1, const float *HWY_RESTRICT at, int64_t ts,
-                           int64_t r0, float *const *tr, int nrows) {
+HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t kn, const float *HWY_RESTRICT at, int64_t ts,
+                           int64_t r0, float *const *tr, int nrows, bool accumulate) {
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[kMR][NV];
   for (int m = 0; m < kMR; ++m) {
-    for (int v = 0; v < NV; ++v) acc[m][v] = hn::Zero(d);
+    for (int v = 0; v < NV; ++v) acc[m][v] = accumulate ? hn::Load(d, tr[m] + r0 + v * N) : hn::Zero(d);
   }
   const float *a = at + r0;
-  for (int64_t k0 = 0; k0 < h1; k0 += kXChunk, xp += kMR * kXChunk) {
-    const int64_t kn = std::min(kXChunk, h1 - k0);
-    for (int64_t kk = 0; kk < kn; ++kk, a += ts) {
+  for (int64_t c0 = 0; c0 < kn; c0 += kXChunk, xp += kMR * kXChunk) {
+    const int64_t cn = std::min(kXChunk, kn - c0);
+    for (int64_t kk = 0; kk < cn; ++kk, a += ts) {
       VF bv[NV];
       for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, a + v * N);
       for (int m = 0; m < kMR; ++m) {
@@ -170,13 +171,13 @@ HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t h1, const float
   }
 }
 
-// Converts kMR rows of x (row pointers; padding rows repeat row 0) to float32 in the chunked
-// layout ShrinkTile reads.
+// Converts columns [k0, k0 + kn) of kMR rows of x (row pointers; padding rows repeat row 0) to
+// float32 in the chunked layout ShrinkTile reads.
 template <typename T>
-HWY_INLINE void PackXBlock(const T *const *xr, int64_t h1, float *HWY_RESTRICT xp) {
-  for (int64_t k0 = 0; k0 < h1; k0 += kXChunk, xp += kMR * kXChunk) {
-    const int64_t kn = std::min(kXChunk, h1 - k0);
-    for (int m = 0; m < kMR; ++m) ConvertRow(xr[m] + k0, xp + m * kXChunk, kn);
+HWY_INLINE void PackXBlock(const T *const *xr, int64_t k0, int64_t kn, float *HWY_RESTRICT xp) {
+  for (int64_t c0 = 0; c0 < kn; c0 += kXChunk, xp += kMR * kXChunk) {
+    const int64_t cn = std::min(kXChunk, kn - c0);
+    for (int m = 0; m < kMR; ++m) ConvertRow(xr[m] + k0 + c0, xp + m * kXChunk, cn);
   }
 }
 
@@ -282,6 +283,8 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
   const int64_t col_block_tiles = kColBlockCols / tw;
   const int64_t n_col_blocks = (n_tiles + col_block_tiles - 1) / col_block_tiles;
   const int64_t n_rank_vectors = ts / N;
+  // k per shrink chunk: a multiple of kXChunk with kc x R16 floats <= 256 KiB.
+  const int64_t kc = std::max<int64_t>(kXChunk, 65536 / ts / kXChunk * kXChunk);
   const int64_t n_dec = info.decode_groups;
   const int64_t n_rank_chunks = (R + kDecodeRanks - 1) / kDecodeRanks;
   const int64_t n_dec_cols = (h2 + kDecodeCols - 1) / kDecodeCols;
@@ -306,36 +309,52 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
 #pragma omp for schedule(static)
       for (int64_t ct = 0; ct < n_tiles; ++ct) PackBTile(B, a.wb_row_stride, R, ts, h2, tw, ct, s.b_panel, buf);
 
-      // Shrink, kMR rows at a time.
+      // Shrink, kMR rows at a time. The k range is cut into chunks of kc columns, outermost, so
+      // that a chunk of the A panel (kc x R16 floats, at most 256 KiB) stays in this core's L2
+      // while the thread's row blocks stream past it; between chunks the partial sums wait in t
+      // (float32, exactly as they were in the register), so each element is still one FMA chain
+      // in k order. Each thread takes a contiguous range of row blocks.
       const int64_t n_blocks = (n + kMR - 1) / kMR;
-#pragma omp for schedule(static)
-      for (int64_t blk = 0; blk < n_blocks; ++blk) {
-        const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
-        float *tr[kMR];
-        const T *xr[kMR];
-        for (int m = 0; m < kMR; ++m) {
-          const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
-          tr[m] = s.t + k * ts;
-          xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
-        }
-        if (!has_a) {
-          for (int m = 0; m < nrows; ++m) ConvertRow(xr[m], tr[m], h1);
-          continue;
-        }
-        PackXBlock(xr, h1, buf);
-        for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
-          const int64_t r0 = v0 * N;
-          switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
-            case 1: ShrinkTile<1>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
-            case 2: ShrinkTile<2>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
+      {
+        const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();
+        const int64_t b_lo = n_blocks * tid / team, b_hi = n_blocks * (tid + 1) / team;
+        auto rows_of = [&](int64_t blk, float **tr, const T **xr) {
+          const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
+          for (int m = 0; m < kMR; ++m) {
+            const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+            tr[m] = s.t + k * ts;
+            xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
+          }
+          return nrows;
+        };
+        for (int64_t k0 = 0; k0 < h1; k0 += kc) {
+          const int64_t kn = std::min(kc, h1 - k0);
+          for (int64_t blk = b_lo; blk < b_hi; ++blk) {
+            float *tr[kMR];
+            const T *xr[kMR];
+            const int nrows = rows_of(blk, tr, xr);
+            if (!has_a) {  // t = x
+              for (int m = 0; m < nrows; ++m) ConvertRow(xr[m] + k0, tr[m] + k0, kn);
+              continue;
+            }
+            PackXBlock(xr, k0, kn, buf);
+            const float *at = s.a_panel + k0 * ts;
+            for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
+              const int64_t r0 = v0 * N;
+              switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
+                case 1: ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
+                case 2: ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
 #if HWY_TARGET <= HWY_AVX3
-            case 3: ShrinkTile<3>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
-            case 4: ShrinkTile<4>(buf, h1, s.a_panel, ts, r0, tr, nrows); break;
+                case 3: ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
+                case 4: ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
 #endif
-            default: break;
+                default: break;
+              }
+            }
           }
         }
       }
+#pragma omp barrier
 
       // Expand: items are (column block, row panel), column-block major; inside an item, row
       // tiles outer so that each row of y and out is walked in runs of a whole column block, and
