@@ -87,38 +87,6 @@ HWY_INLINE void StoreNarrow(DF df, hn::Vec<DF> w, float16_t *p) {
 #endif
 }
 
-// ---- dequantization: q[code] for 256-entry maps ----------------------------------------------
-// AVX-512: eight two-register permutes (32 entries each, the code's low 5 bits) and a blend tree
-// over bits 5-7; cheaper than a 16-lane gather on CPUs whose gathers are slow (Zen 4: measured
-// 0.65 ns per element for the two gathers). Elsewhere: a gather.
-#undef FUSEKIT_AWQ_PERMUTE_LOOKUP
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-#define FUSEKIT_AWQ_PERMUTE_LOOKUP 1
-#else
-#define FUSEKIT_AWQ_PERMUTE_LOOKUP 0
-#endif
-
-template <class DF>
-HWY_INLINE hn::Vec<DF> Lookup256(DF df, const float *HWY_RESTRICT q, hn::Vec<hn::RebindToSigned<DF>> code) {
-#if FUSEKIT_AWQ_PERMUTE_LOOKUP
-  (void)df;
-  const __m512i i = code.raw;
-  __m512 r[8];
-  for (int k = 0; k < 8; ++k) {
-    r[k] = _mm512_permutex2var_ps(_mm512_loadu_ps(q + 32 * k), i, _mm512_loadu_ps(q + 32 * k + 16));
-  }
-  const __mmask16 b5 = _mm512_test_epi32_mask(i, _mm512_set1_epi32(32));
-  const __mmask16 b6 = _mm512_test_epi32_mask(i, _mm512_set1_epi32(64));
-  const __mmask16 b7 = _mm512_test_epi32_mask(i, _mm512_set1_epi32(128));
-  const __m512 r01 = _mm512_mask_blend_ps(b5, r[0], r[1]), r23 = _mm512_mask_blend_ps(b5, r[2], r[3]);
-  const __m512 r45 = _mm512_mask_blend_ps(b5, r[4], r[5]), r67 = _mm512_mask_blend_ps(b5, r[6], r[7]);
-  const __m512 r03 = _mm512_mask_blend_ps(b6, r01, r23), r47 = _mm512_mask_blend_ps(b6, r45, r67);
-  return hn::Vec<DF>{_mm512_mask_blend_ps(b7, r03, r47)};
-#else
-  return hn::GatherIndex(df, q, code);
-#endif
-}
-
 // ---- the nearest code ------------------------------------------------------------------------
 template <class DF>
 HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t, hn::Vec<DF> x) {
@@ -250,8 +218,8 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       const auto g = hn::Mul(LoadWide(df, grad + i), vgs);
       const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
       const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
-      auto m = hn::Mul(Lookup256(df, a.map_m.q, mc), vscale_m);
-      auto v = hn::Mul(Lookup256(df, a.map_v.q, vc), vscale_v);
+      auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
+      auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
       m = hn::Add(hn::Mul(m, vb1), hn::Mul(g, vomb1));
       v = hn::Add(hn::Mul(v, vb2), hn::Mul(hn::Mul(g, g), vomb2));
       auto w = LoadWide(df, var + i);
