@@ -12,6 +12,9 @@
 #include "aclnnop/aclnn_lazy_adam.h"
 #include "fusekit/lazy_adam.h"
 
+// The replacement pair below is malloc/free on purpose; GCC cannot see that they match.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 namespace {
 std::atomic<long> g_allocations{0};
 std::atomic<bool> g_counting{false};
