@@ -167,18 +167,34 @@ void element_offsets(const TensorView &t, int64_t start, int64_t count, int64_t 
   }
 }
 
+// Copies runs of consecutive offsets (a row of an inner-contiguous view) with one memcpy each.
+template <typename Copy>
+void for_each_run(const int64_t *offs, int64_t count, Copy &&copy) {
+  int64_t k = 0;
+  while (k < count) {
+    int64_t j = k + 1;
+    while (j < count && offs[j] == offs[j - 1] + 1) ++j;
+    copy(k, offs[k], j - k);
+    k = j;
+  }
+}
+
 void gather(const TensorView &t, const int64_t *offs, int64_t count, void *dst) {
-  const size_t es = dtype_size(t.dtype);
+  const auto es = static_cast<int64_t>(dtype_size(t.dtype));
   const auto *src = static_cast<const char *>(t.data);
   auto *d = static_cast<char *>(dst);
-  for (int64_t k = 0; k < count; ++k) std::memcpy(d + static_cast<size_t>(k) * es, src + offs[k] * static_cast<int64_t>(es), es);
+  for_each_run(offs, count, [&](int64_t k, int64_t off, int64_t len) {
+    std::memcpy(d + k * es, src + off * es, static_cast<size_t>(len * es));
+  });
 }
 
 void scatter(const TensorView &t, const int64_t *offs, int64_t count, const void *src_buf) {
-  const size_t es = dtype_size(t.dtype);
+  const auto es = static_cast<int64_t>(dtype_size(t.dtype));
   auto *dst = static_cast<char *>(t.data);
   const auto *s = static_cast<const char *>(src_buf);
-  for (int64_t k = 0; k < count; ++k) std::memcpy(dst + offs[k] * static_cast<int64_t>(es), s + static_cast<size_t>(k) * es, es);
+  for_each_run(offs, count, [&](int64_t k, int64_t off, int64_t len) {
+    std::memcpy(dst + off * es, s + k * es, static_cast<size_t>(len * es));
+  });
 }
 
 }  // namespace

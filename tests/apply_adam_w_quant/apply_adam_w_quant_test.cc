@@ -654,6 +654,55 @@ TEST(Step, StridedViews) {
   expect_same(got, want);
 }
 
+// A transposed (column-major) view, bfloat16: no dimension is contiguous.
+TEST(Step, TransposedViews) {
+  const int64_t rows = 29, cols = 41;
+  const size_t n = static_cast<size_t>(rows * cols);
+  const State dense = make_state(16, DType::kBFloat16, n, fusekit::create_dynamic_map(true),
+                                 fusekit::create_dynamic_map(false));
+  State want = dense;
+  Hyper h;
+  h.wd = 0.05;
+  oracle_step(want, h);
+  std::vector<uint16_t> var(n), grad(n);
+  std::vector<uint8_t> m(n), v(n);
+  auto at = [&](int64_t r, int64_t c) { return static_cast<size_t>(c * rows + r); };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto d = static_cast<size_t>(r * cols + c);
+      var[at(r, c)] = dense.var.h[d];
+      grad[at(r, c)] = dense.grad.h[d];
+      m[at(r, c)] = dense.m[d];
+      v[at(r, c)] = dense.v[d];
+    }
+  }
+  const auto B = static_cast<int64_t>(dense.absmax_m.size());
+  for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+    std::vector<uint16_t> var_k = var;
+    std::vector<uint8_t> m_k = m, v_k = v;
+    State g2 = dense;
+    ApplyAdamWQuantOptions o = options_of(h);
+    o.kernel = k;
+    ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
+                    TensorView::strided(var_k.data(), DType::kBFloat16, {rows, cols}, {1, rows}),
+                    TensorView::strided(grad.data(), DType::kBFloat16, {rows, cols}, {1, rows}),
+                    TensorView::strided(m_k.data(), DType::kUInt8, {rows, cols}, {1, rows}),
+                    TensorView::strided(v_k.data(), DType::kUInt8, {rows, cols}, {1, rows}),
+                    TensorView::of(g2.qm.data(), {256}), TensorView::of(g2.qv.data(), {256}),
+                    TensorView::of(g2.absmax_m.data(), {B}), TensorView::of(g2.absmax_v.data(), {B}), h.step, o)
+                    .ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto d = static_cast<size_t>(r * cols + c);
+        g2.var.h[d] = var_k[at(r, c)];
+        g2.m[d] = m_k[at(r, c)];
+        g2.v[d] = v_k[at(r, c)];
+      }
+    }
+    expect_same(g2, want);
+  }
+}
+
 // ================================================================================================
 // Refusals, through the aclnn face: code, message, nothing written
 // ================================================================================================
