@@ -654,6 +654,51 @@ TEST(Step, StridedViews) {
   expect_same(got, want);
 }
 
+// Normalized values on and around every decision point, through the kernels: beta1 = beta2 = 0
+// makes m = g and v = g * g, and one element of 3 makes absmax_m = 3, so m / absmax lands within an
+// ulp or two of each midpoint of the map (where m * (1 / 3) and m / 3 can round differently).
+TEST(Step, CodesAroundEveryMidpoint) {
+  const Map qm = fusekit::create_dynamic_map(true), qv = fusekit::create_dynamic_map(false);
+  std::vector<float> g;
+  for (int i = 0; i < 255; ++i) {
+    for (const Map *q : {&qm, &qv}) {
+      const float mid = ((*q)[i] + (*q)[i + 1]) / 2;
+      float x = mid * 3.0f;
+      for (int k = 0; k < 6; ++k) x = std::nextafter(x, -INFINITY);
+      for (int k = 0; k < 13; ++k, x = std::nextafter(x, INFINITY)) g.push_back(x);
+    }
+  }
+  // Blocks of 255 values plus one 3 (the block's absmax).
+  std::vector<float> grads;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (grads.size() % 256 == 0) grads.push_back(3.0f);
+    grads.push_back(g[i]);
+  }
+  const size_t n = grads.size();
+  State start;
+  start.var = FloatBuf(DType::kFloat32, std::vector<float>(n, 0.5f));
+  start.grad = FloatBuf(DType::kFloat32, grads);
+  start.m.assign(n, 127);
+  start.v.assign(n, 0);
+  start.absmax_m.assign((n + 255) / 256, 0.0f);
+  start.absmax_v.assign((n + 255) / 256, 0.0f);
+  start.qm = qm;
+  start.qv = qv;
+  Hyper h;
+  h.beta1 = 0.0;
+  h.beta2 = 0.0;
+  State want = start;
+  oracle_step(want, h);
+  for (QuantSearch search : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+    State got = start;
+    ApplyAdamWQuantOptions o = options_of(h);
+    o.kernel = KernelChoice::kOptimized;
+    o.search = search;
+    ASSERT_TRUE(run_api(got, h, o).ok());
+    expect_same(got, want);
+  }
+}
+
 // A transposed (column-major) view, bfloat16: no dimension is contiguous.
 TEST(Step, TransposedViews) {
   const int64_t rows = 29, cols = 41;
