@@ -46,6 +46,7 @@ constexpr int kNV = 2;  // 8 accumulators of 16 registers
 constexpr int64_t kKChunk = 64;        // k per packing item of weightA
 constexpr int64_t kXChunk = 256;       // columns per chunk of a packed block of x rows
 constexpr int64_t kRowPanelTiles = 8;  // row tiles per expand item
+constexpr int64_t kShrinkItemBlocks = 8;  // row blocks per shrink item
 constexpr int64_t kColBlockCols = 1024;  // output columns per expand item (a multiple of any tile)
 constexpr int64_t kDecodeRanks = 16;   // ranks per decode shrink item
 constexpr int64_t kDecodeCols = 256;   // output columns per decode expand item
@@ -301,38 +302,35 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
       const T *A = has_a ? wa + ad * a.wa_adapter_stride : nullptr;
       const T *B = wb + ad * a.wb_adapter_stride;
       if (has_a) {
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(dynamic) nowait
         for (int64_t c = 0; c < (h1 + kKChunk - 1) / kKChunk; ++c) {
           PackAChunk(A, a.wa_row_stride, R, ts, c * kKChunk, std::min(kKChunk, h1 - c * kKChunk), s.a_panel, buf);
         }
       }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
       for (int64_t ct = 0; ct < n_tiles; ++ct) PackBTile(B, a.wb_row_stride, R, ts, h2, tw, ct, s.b_panel, buf);
 
-      // Shrink, kMR rows at a time. The k range is cut into chunks of kc columns, outermost, so
-      // that a chunk of the A panel (kc x R16 floats, at most 256 KiB) stays in this core's L2
-      // while the thread's row blocks stream past it; between chunks the partial sums wait in t
-      // (float32, exactly as they were in the register), so each element is still one FMA chain
-      // in k order. Each thread takes a contiguous range of row blocks.
+      // Shrink, kMR rows at a time, in items of kShrinkItemBlocks row blocks. Inside an item the k
+      // range is cut into chunks of kc columns, outermost, so that a chunk of the A panel
+      // (kc x R16 floats, at most 256 KiB) stays in this core's L2 while the item's row blocks
+      // pass it; between chunks the partial sums wait in t (float32, exactly as they were in the
+      // register), so each element is still one FMA chain in k order.
       const int64_t n_blocks = (n + kMR - 1) / kMR;
-      {
-        const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();
-        const int64_t b_lo = n_blocks * tid / team, b_hi = n_blocks * (tid + 1) / team;
-        auto rows_of = [&](int64_t blk, float **tr, const T **xr) {
-          const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
-          for (int m = 0; m < kMR; ++m) {
-            const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
-            tr[m] = s.t + k * ts;
-            xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
-          }
-          return nrows;
-        };
+      const int64_t n_shrink_items = (n_blocks + kShrinkItemBlocks - 1) / kShrinkItemBlocks;
+#pragma omp for schedule(dynamic)
+      for (int64_t item = 0; item < n_shrink_items; ++item) {
+        const int64_t b_lo = item * kShrinkItemBlocks, b_hi = std::min(n_blocks, b_lo + kShrinkItemBlocks);
         for (int64_t k0 = 0; k0 < h1; k0 += kc) {
           const int64_t kn = std::min(kc, h1 - k0);
           for (int64_t blk = b_lo; blk < b_hi; ++blk) {
+            const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
             float *tr[kMR];
             const T *xr[kMR];
-            const int nrows = rows_of(blk, tr, xr);
+            for (int m = 0; m < kMR; ++m) {
+              const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+              tr[m] = s.t + k * ts;
+              xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
+            }
             if (!has_a) {  // t = x
               for (int m = 0; m < nrows; ++m) ConvertRow(xr[m] + k0, tr[m] + k0, kn);
               continue;
@@ -354,13 +352,12 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
           }
         }
       }
-#pragma omp barrier
 
       // Expand: items are (column block, row panel), column-block major; inside an item, row
       // tiles outer so that each row of y and out is walked in runs of a whole column block, and
       // the next row tile's y is prefetched while this one is computed.
       const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
       for (int64_t item = 0; item < n_col_blocks * n_panels; ++item) {
         const int64_t cb = item / n_panels, rp = item % n_panels;
         const int64_t ct_begin = cb * col_block_tiles, ct_end = std::min(n_tiles, ct_begin + col_block_tiles);
@@ -394,7 +391,7 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
 
     // ---- decode groups: shrink items (group, rank chunk), then expand items (group, columns) ----
     if (n_dec > 0) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
       for (int64_t item = 0; item < n_dec * n_rank_chunks; ++item) {
         const int64_t ad = s.group_list[item / n_rank_chunks];
         const int64_t r_begin = (item % n_rank_chunks) * kDecodeRanks;
@@ -419,7 +416,7 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
           }
         }
       }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4)
       for (int64_t item = 0; item < n_dec * n_dec_cols; ++item) {
         const int64_t ad = s.group_list[item / n_dec_cols];
         const int64_t j0 = (item % n_dec_cols) * kDecodeCols;
