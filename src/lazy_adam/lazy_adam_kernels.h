@@ -43,6 +43,10 @@ LazyAdamRowsFn lazy_adam_rows_optimized();
 // The name of the instruction set lazy_adam_rows_optimized() runs ("AVX2", "AVX3", ...).
 FUSEKIT_API const char *lazy_adam_optimized_target();  // exported for the tests
 
+// Tests only: plans made after this use the duplicate bitmap up to `bytes` (default 64 MiB, or 8
+// bytes per index if more); a negative value disables it, so every batch is grouped by sorting.
+FUSEKIT_API void set_lazy_adam_bitmap_limit_for_testing(int64_t bytes);
+
 }  // namespace fusekit
 
 #endif  // FUSEKIT_LAZY_ADAM_LAZY_ADAM_KERNELS_H_

@@ -12,6 +12,7 @@
 // order of the indices: measured here, that beats the sorted walk by 1.6x, since the gradient is
 // then read sequentially and the three table rows are prefetched ahead.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -57,13 +58,14 @@ struct WorkspaceLayout {
 
 // The duplicate bitmap costs rows / 8 bytes; past this it is not worth it and every batch is
 // grouped by sorting instead.
-constexpr int64_t kMaxBitmapBytes = int64_t{64} << 20;
+std::atomic<int64_t> g_max_bitmap_bytes{int64_t{64} << 20};
 
 WorkspaceLayout layout_for(int64_t n, int64_t d, int64_t rows, int threads) {
   WorkspaceLayout w;
   size_t off = 0;
   const int64_t bitmap_bytes = (rows + 63) / 64 * 8;
-  if (bitmap_bytes <= std::max<int64_t>(kMaxBitmapBytes, 8 * n)) {
+  const int64_t limit = g_max_bitmap_bytes.load(std::memory_order_relaxed);
+  if (limit >= 0 && bitmap_bytes <= std::max<int64_t>(limit, 8 * n)) {
     w.bitmap = off;
     w.bitmap_bytes = static_cast<size_t>(bitmap_bytes);
     off += align_up(w.bitmap_bytes);
@@ -107,6 +109,10 @@ Status check_float_table(const TensorView &t, const char *name) {
 }
 
 }  // namespace
+
+void set_lazy_adam_bitmap_limit_for_testing(int64_t bytes) {
+  g_max_bitmap_bytes.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed);
+}
 
 Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, const TensorView &m,
                       const TensorView &v, const TensorView &var, const LazyAdamOptions &options,

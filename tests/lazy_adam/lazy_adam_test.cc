@@ -352,6 +352,32 @@ TEST(LazyAdam, UniqueIndicesInBatchOrderOverThreads) {
   }
 }
 
+TEST(LazyAdam, WithoutTheBitmapEveryBatchIsGroupedBySorting) {
+  // The path for tables too large for the duplicate bitmap: same results, any thread count.
+  fusekit::set_lazy_adam_bitmap_limit_for_testing(-1);
+  for (double dup : {0.0, 0.4}) {
+    Problem want = make_problem(23, 30000, 70000, 10, -1, dup, 0.02);
+    const OracleResult expected = oracle(want);
+    for (int threads : {1, 2, 3}) {
+      Problem got = make_problem(23, 30000, 70000, 10, -1, dup, 0.02);
+      LazyAdamStats stats;
+      ASSERT_TRUE(run_cpp(got, KernelChoice::kOptimized, threads, &stats).ok());
+      expect_tables_equal(got, want);
+      EXPECT_EQ(stats.rows_updated, expected.updated);
+      EXPECT_EQ(stats.indices_padding, expected.padding);
+    }
+    // Out of range is still refused before anything is written.
+    Problem bad = make_problem(23, 30000, 100, 10);
+    bad.idx[50] = 30000;
+    Problem before = bad;
+    const Status s = run_cpp(bad, KernelChoice::kOptimized, 2, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("indices[50] = 30000"), std::string::npos) << s.message();
+    expect_tables_equal(bad, before);
+  }
+  fusekit::set_lazy_adam_bitmap_limit_for_testing(int64_t{64} << 20);
+}
+
 TEST(LazyAdam, EmptyBatchIsANoOp) {
   Problem p = make_problem(20, 10, 0, 8);
   Problem before = p;
