@@ -23,8 +23,8 @@
 
 namespace {
 
-using fusekit::bench::DeviceBuffer;
 using fusekit::TensorView;
+using fusekit::bench::DeviceBuffer;
 
 struct Shape {
   int64_t rows, n, dim;
@@ -76,7 +76,9 @@ struct Data {
     sorted_idx.assign(perm.begin(), perm.begin() + sh.n);
     std::sort(sorted_idx.begin(), sorted_idx.end());
   }
-  double bytes() const { return static_cast<double>(s.n) * (28.0 * static_cast<double>(s.dim) + 4.0); }
+  double bytes() const {
+    return static_cast<double>(s.n) * (28.0 * static_cast<double>(s.dim) + 4.0);
+  }
 };
 
 // The floor: read gradient, m, v, var rows and write m, v, var rows, no arithmetic to speak of.
@@ -123,10 +125,12 @@ double seconds_of(const std::function<void()> &fn) {
 void BM_LazyAdam(benchmark::State &state) {
   const Data d(shape_for(state.range(0)));
   fusekit::LazyAdam plan;
-  const auto st = fusekit::LazyAdam::plan(
-      TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}), TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
-      TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}), TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
-      TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), {}, &plan);
+  const auto st =
+      fusekit::LazyAdam::plan(TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}),
+                              TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
+                              TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}),
+                              TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
+                              TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), {}, &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
     return;
@@ -136,7 +140,8 @@ void BM_LazyAdam(benchmark::State &state) {
   for (auto _ : state) {
     t_floor.push_back(seconds_of([&] { rmw_floor(d, d.idx.as<const int32_t>(), false); }));
     t_floor_sorted.push_back(seconds_of([&] { rmw_floor(d, d.sorted_idx.data(), true); }));
-    const double t = seconds_of([&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
     t_op.push_back(t);
     state.SetIterationTime(t);
   }
@@ -147,7 +152,8 @@ void BM_LazyAdam(benchmark::State &state) {
   state.counters["floor_sorted_GB/s"] = d.bytes() / fls * 1e-9;
   state.counters["of_floor"] = fl / op;  // 1.0: as fast as the floor
   state.counters["of_floor_sorted"] = fls / op;
-  state.SetLabel("R=" + std::to_string(d.s.rows) + " N=" + std::to_string(d.s.n) + " D=" + std::to_string(d.s.dim));
+  state.SetLabel("R=" + std::to_string(d.s.rows) + " N=" + std::to_string(d.s.n) +
+                 " D=" + std::to_string(d.s.dim));
 }
 
 void BM_CopyBandwidth(benchmark::State &state) {
@@ -158,4 +164,13 @@ void BM_CopyBandwidth(benchmark::State &state) {
 }  // namespace
 
 BENCHMARK(BM_CopyBandwidth)->Iterations(1);
-BENCHMARK(BM_LazyAdam)->ArgName("D")->Arg(32)->Arg(8)->Arg(64)->Arg(128)->Arg(256)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(15);
+BENCHMARK(BM_LazyAdam)
+    ->ArgName("D")
+    ->Arg(32)
+    ->Arg(8)
+    ->Arg(64)
+    ->Arg(128)
+    ->Arg(256)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(15);

@@ -18,7 +18,8 @@ std::vector<char> read_bin(const std::string &path) {
   const auto size = static_cast<size_t>(in.tellg());
   std::vector<char> data(size);
   in.seekg(0);
-  if (size > 0 && !in.read(data.data(), static_cast<std::streamsize>(size))) die("cannot read " + path);
+  if (size > 0 && !in.read(data.data(), static_cast<std::streamsize>(size)))
+    die("cannot read " + path);
   return data;
 }
 
@@ -52,8 +53,12 @@ std::string Params::str(const std::string &key) const {
   if (it == values_.end()) die(path_ + ": missing key '" + key + "'");
   return it->second;
 }
-double Params::num(const std::string &key) const { return std::strtod(str(key).c_str(), nullptr); }
-long long Params::integer(const std::string &key) const { return std::strtoll(str(key).c_str(), nullptr, 10); }
+double Params::num(const std::string &key) const {
+  return std::strtod(str(key).c_str(), nullptr);
+}
+long long Params::integer(const std::string &key) const {
+  return std::strtoll(str(key).c_str(), nullptr, 10);
+}
 
 void write_stats(const std::string &dir, const std::map<std::string, std::string> &stats) {
   std::ofstream out(dir + "/run_stats.txt");

@@ -22,12 +22,13 @@ struct DeviceTensor {
 DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt) {
   DeviceTensor t;
   t.bytes = host.size();
-  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
+    die(aclGetRecentErrMsg());
   if (aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
     die(aclGetRecentErrMsg());
   }
-  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(),
-                             shape.size(), t.ptr);
+  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND,
+                             shape.data(), shape.size(), t.ptr);
   if (t.tensor == nullptr) die(aclGetRecentErrMsg());
   return t;
 }
@@ -43,23 +44,28 @@ int main(int argc, char **argv) {
   aclrtStream stream = nullptr;
   if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
 
-  DeviceTensor grad = upload(fusekit::tools::read_bin(dir + "/input/gradient.bin"), {n, dim}, ACL_FLOAT);
+  DeviceTensor grad =
+      upload(fusekit::tools::read_bin(dir + "/input/gradient.bin"), {n, dim}, ACL_FLOAT);
   DeviceTensor idx = upload(fusekit::tools::read_bin(dir + "/input/indices.bin"), {n}, ACL_INT32);
-  DeviceTensor m = upload(fusekit::tools::read_bin(dir + "/input/inputM.bin"), {rows, dim}, ACL_FLOAT);
-  DeviceTensor v = upload(fusekit::tools::read_bin(dir + "/input/inputV.bin"), {rows, dim}, ACL_FLOAT);
-  DeviceTensor var = upload(fusekit::tools::read_bin(dir + "/input/inputVar.bin"), {rows, dim}, ACL_FLOAT);
+  DeviceTensor m =
+      upload(fusekit::tools::read_bin(dir + "/input/inputM.bin"), {rows, dim}, ACL_FLOAT);
+  DeviceTensor v =
+      upload(fusekit::tools::read_bin(dir + "/input/inputV.bin"), {rows, dim}, ACL_FLOAT);
+  DeviceTensor var =
+      upload(fusekit::tools::read_bin(dir + "/input/inputVar.bin"), {rows, dim}, ACL_FLOAT);
   DeviceTensor lr = upload(fusekit::tools::read_bin(dir + "/input/lr.bin"), {1}, ACL_FLOAT);
 
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t ws_size = 0;
   aclOpExecutor *executor = nullptr;
-  if (aclnnLazyAdamGetWorkspaceSize(grad.tensor, idx.tensor, m.tensor, v.tensor, var.tensor, lr.tensor,
-                                    p.num("beta1"), p.num("beta2"), p.num("epsilon"), &ws_size,
-                                    &executor) != ACLNN_SUCCESS) {
+  if (aclnnLazyAdamGetWorkspaceSize(grad.tensor, idx.tensor, m.tensor, v.tensor, var.tensor,
+                                    lr.tensor, p.num("beta1"), p.num("beta2"), p.num("epsilon"),
+                                    &ws_size, &executor) != ACLNN_SUCCESS) {
     die(aclGetRecentErrMsg());
   }
   void *ws = nullptr;
-  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
+    die(aclGetRecentErrMsg());
   const auto t1 = std::chrono::steady_clock::now();
   if (aclnnLazyAdam(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
   if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
@@ -75,13 +81,14 @@ int main(int argc, char **argv) {
   }
   char time_ms[32], rate[32], plan_ms[32];
   std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
-  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", std::chrono::duration<double>(t1 - t0).count() * 1e3);
+  std::snprintf(plan_ms, sizeof plan_ms, "%.3f",
+                std::chrono::duration<double>(t1 - t0).count() * 1e3);
   std::snprintf(rate, sizeof rate, "%.2f GB/s", bytes / run_s * 1e-9);
   fusekit::tools::write_stats(dir, {{"time_ms", time_ms},
                                     {"phase_one_ms", plan_ms},
                                     {"rate", rate},
-                                    {"shape", "R=" + std::to_string(rows) + " N=" + std::to_string(n) +
-                                                  " D=" + std::to_string(dim)},
+                                    {"shape", "R=" + std::to_string(rows) + " N=" +
+                                                  std::to_string(n) + " D=" + std::to_string(dim)},
                                     {"workspace_bytes", std::to_string(ws_size)}});
   for (auto *t : {&grad, &idx, &m, &v, &var, &lr}) {
     aclDestroyTensor(t->tensor);

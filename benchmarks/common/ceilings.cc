@@ -16,12 +16,21 @@ double FmaLoop(int64_t iters, float *sink) {
   auto a8 = hn::Set(d, 1.8f), a9 = hn::Set(d, 1.9f), a10 = hn::Set(d, 2.0f), a11 = hn::Set(d, 2.1f);
   const auto m = hn::Set(d, 0.999999f), c = hn::Set(d, 1e-7f);
   for (int64_t i = 0; i < iters; ++i) {
-    a0 = hn::MulAdd(a0, m, c); a1 = hn::MulAdd(a1, m, c); a2 = hn::MulAdd(a2, m, c);
-    a3 = hn::MulAdd(a3, m, c); a4 = hn::MulAdd(a4, m, c); a5 = hn::MulAdd(a5, m, c);
-    a6 = hn::MulAdd(a6, m, c); a7 = hn::MulAdd(a7, m, c); a8 = hn::MulAdd(a8, m, c);
-    a9 = hn::MulAdd(a9, m, c); a10 = hn::MulAdd(a10, m, c); a11 = hn::MulAdd(a11, m, c);
+    a0 = hn::MulAdd(a0, m, c);
+    a1 = hn::MulAdd(a1, m, c);
+    a2 = hn::MulAdd(a2, m, c);
+    a3 = hn::MulAdd(a3, m, c);
+    a4 = hn::MulAdd(a4, m, c);
+    a5 = hn::MulAdd(a5, m, c);
+    a6 = hn::MulAdd(a6, m, c);
+    a7 = hn::MulAdd(a7, m, c);
+    a8 = hn::MulAdd(a8, m, c);
+    a9 = hn::MulAdd(a9, m, c);
+    a10 = hn::MulAdd(a10, m, c);
+    a11 = hn::MulAdd(a11, m, c);
   }
-  auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
+  auto s =
+      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
   s = hn::Add(s, hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
   *sink = hn::GetLane(s);
   return static_cast<double>(iters) * 12.0 * static_cast<double>(hn::Lanes(d)) * 2.0;
@@ -70,7 +79,8 @@ double copy_bandwidth() {
     // First touch with the same split the copies use.
 #pragma omp parallel num_threads(nt)
     {
-      const size_t t = static_cast<size_t>(omp_get_thread_num()), n = static_cast<size_t>(omp_get_num_threads());
+      const size_t t = static_cast<size_t>(omp_get_thread_num()),
+                   n = static_cast<size_t>(omp_get_num_threads());
       const size_t b = bytes * t / n, e = bytes * (t + 1) / n;
       std::memset(src.as<char>() + b, 1, e - b);
       std::memset(dst.as<char>() + b, 0, e - b);
@@ -80,7 +90,8 @@ double copy_bandwidth() {
       const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(nt)
       {
-        const size_t t = static_cast<size_t>(omp_get_thread_num()), n = static_cast<size_t>(omp_get_num_threads());
+        const size_t t = static_cast<size_t>(omp_get_thread_num()),
+                     n = static_cast<size_t>(omp_get_num_threads());
         const size_t b = bytes * t / n, e = bytes * (t + 1) / n;
         std::memcpy(dst.as<char>() + b, src.as<char>() + b, e - b);
       }
@@ -114,7 +125,8 @@ double fma_peak_flops() {
 
 void report_bandwidth(benchmark::State &state, double bytes_per_iteration) {
   const double ceiling = copy_bandwidth();
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["copy_GB/s"] = ceiling * 1e-9;
   // of_copy = achieved / ceiling, computed from the rate benchmark reports (per wall second).
   state.counters["of_copy"] = benchmark::Counter(bytes_per_iteration / ceiling,
@@ -135,14 +147,17 @@ void report_flops_seconds(benchmark::State &state, double flops, double seconds)
   state.counters["of_peak"] = flops / seconds / peak;
 }
 
-double median_of(std::vector<double> v) { return v.empty() ? 0.0 : median(std::move(v)); }
+double median_of(std::vector<double> v) {
+  return v.empty() ? 0.0 : median(std::move(v));
+}
 
 void report_flops(benchmark::State &state, double flops_per_iteration) {
   const double peak = fma_peak_flops();
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_GFLOP/s"] = peak * 1e-9;
-  state.counters["of_peak"] = benchmark::Counter(flops_per_iteration / peak,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_peak"] =
+      benchmark::Counter(flops_per_iteration / peak, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace fusekit::bench

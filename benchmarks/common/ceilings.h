@@ -40,7 +40,9 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
   template <typename T>
-  T *as() const { return static_cast<T *>(ptr); }
+  T *as() const {
+    return static_cast<T *>(ptr);
+  }
   void *ptr = nullptr;
   size_t size = 0;
 };

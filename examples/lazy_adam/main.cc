@@ -23,13 +23,14 @@
     printf(message, ##__VA_ARGS__); \
   } while (0)
 
-using StreamPtr = std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
+using StreamPtr =
+    std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
 using DeviceMemPtr = std::unique_ptr<void, decltype(&aclrtFree)>;
 using TensorPtr = std::unique_ptr<aclTensor, decltype(&aclDestroyTensor)>;
 
 template <typename T>
-int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &shape, aclDataType dataType,
-                    DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
+int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &shape,
+                    aclDataType dataType, DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
   const size_t size = hostData.size() * sizeof(T);
   void *raw = nullptr;
   auto ret = aclrtMalloc(&raw, size, ACL_MEM_MALLOC_HUGE_FIRST);
@@ -38,10 +39,13 @@ int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &
   ret = aclrtMemcpy(deviceAddr.get(), size, hostData.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
   CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
   std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--) strides[i] = shape[i + 1] * strides[i + 1];
-  aclTensor *t = aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0, aclFormat::ACL_FORMAT_ND,
-                                 shape.data(), shape.size(), deviceAddr.get());
-  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return ACL_ERROR_FAILURE);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--)
+    strides[i] = shape[i + 1] * strides[i + 1];
+  aclTensor *t =
+      aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0,
+                      aclFormat::ACL_FORMAT_ND, shape.data(), shape.size(), deviceAddr.get());
+  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg());
+            return ACL_ERROR_FAILURE);
   tensor.reset(t);
   return ACL_SUCCESS;
 }
@@ -71,8 +75,9 @@ int main() {
 
   DeviceMemPtr gradDev(nullptr, &aclrtFree), idxDev(nullptr, &aclrtFree), mDev(nullptr, &aclrtFree),
       vDev(nullptr, &aclrtFree), varDev(nullptr, &aclrtFree), lrDev(nullptr, &aclrtFree);
-  TensorPtr gradT(nullptr, &aclDestroyTensor), idxT(nullptr, &aclDestroyTensor), mT(nullptr, &aclDestroyTensor),
-      vT(nullptr, &aclDestroyTensor), varT(nullptr, &aclDestroyTensor), lrT(nullptr, &aclDestroyTensor);
+  TensorPtr gradT(nullptr, &aclDestroyTensor), idxT(nullptr, &aclDestroyTensor),
+      mT(nullptr, &aclDestroyTensor), vT(nullptr, &aclDestroyTensor),
+      varT(nullptr, &aclDestroyTensor), lrT(nullptr, &aclDestroyTensor);
   CHECK_RET(CreateAclTensor(grad, {n, dim}, ACL_FLOAT, gradDev, gradT) == ACL_SUCCESS, return 1);
   CHECK_RET(CreateAclTensor(indices, {n}, ACL_INT32, idxDev, idxT) == ACL_SUCCESS, return 1);
   CHECK_RET(CreateAclTensor(m, {rows, dim}, ACL_FLOAT, mDev, mT) == ACL_SUCCESS, return 1);
@@ -82,31 +87,41 @@ int main() {
 
   uint64_t workspaceSize = 0;
   aclOpExecutor *executor = nullptr;
-  ret = aclnnLazyAdamGetWorkspaceSize(gradT.get(), idxT.get(), mT.get(), vT.get(), varT.get(), lrT.get(), beta1,
-                                      beta2, epsilon, &workspaceSize, &executor);
-  CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnLazyAdamGetWorkspaceSize failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg()); return 1);
+  ret = aclnnLazyAdamGetWorkspaceSize(gradT.get(), idxT.get(), mT.get(), vT.get(), varT.get(),
+                                      lrT.get(), beta1, beta2, epsilon, &workspaceSize, &executor);
+  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnLazyAdamGetWorkspaceSize failed. ERROR: %d (%s)\n",
+                                          ret, aclGetRecentErrMsg());
+            return 1);
   DeviceMemPtr workspace(nullptr, &aclrtFree);
   if (workspaceSize > 0) {
     void *raw = nullptr;
     ret = aclrtMalloc(&raw, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return 1);
+    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret);
+              return 1);
     workspace.reset(raw);
   }
   ret = aclnnLazyAdam(workspace.get(), workspaceSize, executor, stream.get());
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnLazyAdam failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg()); return 1);
+  CHECK_RET(ret == ACL_SUCCESS,
+            LOG_PRINT("aclnnLazyAdam failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
+            return 1);
   ret = aclrtSynchronizeStream(stream.get());
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return 1);
+  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret);
+            return 1);
 
   std::vector<float> outVar(rows * dim);
-  ret = aclrtMemcpy(outVar.data(), outVar.size() * sizeof(float), varDev.get(), outVar.size() * sizeof(float),
-                    ACL_MEMCPY_DEVICE_TO_HOST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("copy result from device to host failed. ERROR: %d\n", ret); return 1);
+  ret = aclrtMemcpy(outVar.data(), outVar.size() * sizeof(float), varDev.get(),
+                    outVar.size() * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST);
+  CHECK_RET(ret == ACL_SUCCESS,
+            LOG_PRINT("copy result from device to host failed. ERROR: %d\n", ret);
+            return 1);
 
-  // The expected table, from the formula: row 3 takes grad[0] + grad[3], row 7 grad[1], row 0 grad[4].
-  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2), eps = static_cast<float>(epsilon);
+  // The expected table, from the formula: row 3 takes grad[0] + grad[3], row 7 grad[1], row 0
+  // grad[4].
+  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2),
+              eps = static_cast<float>(epsilon);
   std::vector<float> want = var;
-  const int64_t updates[3][3] = {{3, 0, 3}, {7, 1, -1}, {0, 4, -1}};  // row, first position, second position
+  const int64_t updates[3][3] = {
+      {3, 0, 3}, {7, 1, -1}, {0, 4, -1}};  // row, first position, second position
   for (const auto &u : updates) {
     for (int64_t j = 0; j < dim; ++j) {
       float g = grad[u[1] * dim + j];
@@ -119,8 +134,8 @@ int main() {
   }
   int bad = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    LOG_PRINT("var[%ld][0..2] = %.7f %.7f %.7f\n", static_cast<long>(r), outVar[r * dim], outVar[r * dim + 1],
-              outVar[r * dim + 2]);
+    LOG_PRINT("var[%ld][0..2] = %.7f %.7f %.7f\n", static_cast<long>(r), outVar[r * dim],
+              outVar[r * dim + 1], outVar[r * dim + 2]);
     for (int64_t j = 0; j < dim; ++j) bad += outVar[r * dim + j] != want[r * dim + j] ? 1 : 0;
   }
   LOG_PRINT("%s: %d of %ld elements differ from the formula\n", bad == 0 ? "OK" : "FAILED", bad,

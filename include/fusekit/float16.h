@@ -28,7 +28,8 @@ inline uint16_t float_to_half_bits(float f) {
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t a = x & 0x7fffffffu;
   if (a >= 0x7f800000u) {  // Inf or NaN
-    return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? (0x200u | ((a >> 13) & 0x3ffu)) : 0u));
+    return static_cast<uint16_t>(sign | 0x7c00u |
+                                 (a > 0x7f800000u ? (0x200u | ((a >> 13) & 0x3ffu)) : 0u));
   }
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity
   if (a < 0x38800000u) {
@@ -52,15 +53,30 @@ inline uint16_t float_to_bf16_bits(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-inline float to_float(float v) { return v; }
-inline float to_float(float16_t v) { return half_bits_to_float(v.bits); }
-inline float to_float(bfloat16_t v) { return bf16_bits_to_float(v.bits); }
+inline float to_float(float v) {
+  return v;
+}
+inline float to_float(float16_t v) {
+  return half_bits_to_float(v.bits);
+}
+inline float to_float(bfloat16_t v) {
+  return bf16_bits_to_float(v.bits);
+}
 
 template <typename T>
 inline T from_float(float f);
-template <> inline float from_float<float>(float f) { return f; }
-template <> inline float16_t from_float<float16_t>(float f) { return {float_to_half_bits(f)}; }
-template <> inline bfloat16_t from_float<bfloat16_t>(float f) { return {float_to_bf16_bits(f)}; }
+template <>
+inline float from_float<float>(float f) {
+  return f;
+}
+template <>
+inline float16_t from_float<float16_t>(float f) {
+  return {float_to_half_bits(f)};
+}
+template <>
+inline bfloat16_t from_float<bfloat16_t>(float f) {
+  return {float_to_bf16_bits(f)};
+}
 
 }  // namespace fusekit
 

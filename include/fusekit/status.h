@@ -29,9 +29,7 @@ class [[nodiscard]] Status {
   static Status NullPointer(std::string m) { return {StatusCode::kNullPointer, std::move(m)}; }
   static Status Invalid(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
   static Status Runtime(std::string m) { return {StatusCode::kRuntimeError, std::move(m)}; }
-  static Status ShapeMismatch(std::string m) {
-    return {StatusCode::kShapeMismatch, std::move(m)};
-  }
+  static Status ShapeMismatch(std::string m) { return {StatusCode::kShapeMismatch, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -46,9 +44,9 @@ class [[nodiscard]] Status {
 }  // namespace fusekit
 
 // Propagates a non-ok Status to the caller.
-#define FUSEKIT_RETURN_IF_ERROR(expr)      \
-  do {                                     \
-    ::fusekit::Status fusekit_s_ = (expr); \
+#define FUSEKIT_RETURN_IF_ERROR(expr)        \
+  do {                                       \
+    ::fusekit::Status fusekit_s_ = (expr);   \
     if (!fusekit_s_.ok()) return fusekit_s_; \
   } while (0)
 

@@ -23,15 +23,18 @@ struct TensorView {
   int64_t strides[kMaxDims] = {};  // in elements
 
   // A row-major contiguous view.
-  FUSEKIT_API static TensorView contiguous(void *data, DType dtype, std::initializer_list<int64_t> shape);
+  FUSEKIT_API static TensorView contiguous(void *data, DType dtype,
+                                           std::initializer_list<int64_t> shape);
   FUSEKIT_API static TensorView contiguous(void *data, DType dtype, const int64_t *shape, int ndim);
   // A view with explicit strides (elements).
-  FUSEKIT_API static TensorView strided(void *data, DType dtype, std::initializer_list<int64_t> shape,
-                            std::initializer_list<int64_t> strides);
+  FUSEKIT_API static TensorView strided(void *data, DType dtype,
+                                        std::initializer_list<int64_t> shape,
+                                        std::initializer_list<int64_t> strides);
 
   template <typename T>
   static TensorView of(T *data, std::initializer_list<int64_t> shape) {
-    return contiguous(const_cast<std::remove_const_t<T> *>(data), dtype_of<std::remove_const_t<T>>(), shape);
+    return contiguous(const_cast<std::remove_const_t<T> *>(data),
+                      dtype_of<std::remove_const_t<T>>(), shape);
   }
 
   bool empty_view() const { return data == nullptr && ndim == 0; }

@@ -7,9 +7,15 @@ namespace {
 thread_local std::string g_last_message;
 }  // namespace
 
-void set_last_message(std::string message) { g_last_message = std::move(message); }
-const char *last_message() { return g_last_message.c_str(); }
+void set_last_message(std::string message) {
+  g_last_message = std::move(message);
+}
+const char *last_message() {
+  return g_last_message.c_str();
+}
 
 }  // namespace fusekit
 
-extern "C" const char *aclGetRecentErrMsg(void) { return fusekit::last_message(); }
+extern "C" const char *aclGetRecentErrMsg(void) {
+  return fusekit::last_message();
+}

@@ -69,7 +69,10 @@ void TensorView::byte_range(uintptr_t *first, uintptr_t *last) const {
   int64_t lo = 0, hi = 0;  // element offsets reachable from data
   for (int i = 0; i < ndim; ++i) {
     const int64_t span = (shape[i] - 1) * strides[i];
-    if (span < 0) lo += span; else hi += span;
+    if (span < 0)
+      lo += span;
+    else
+      hi += span;
   }
   const auto base = reinterpret_cast<uintptr_t>(data);
   const auto esize = static_cast<int64_t>(dtype_size(dtype));
@@ -86,9 +89,10 @@ bool TensorView::overlaps(const TensorView &other) const {
   // Interleaved tables: two 2-D views with the same row stride and contiguous rows share an
   // element only if their column ranges meet modulo the row stride.
   const auto es = static_cast<int64_t>(dtype_size(dtype));
-  if (ndim == 2 && other.ndim == 2 && es != 0 && es == static_cast<int64_t>(dtype_size(other.dtype)) &&
-      inner_contiguous() && other.inner_contiguous() && strides[0] == other.strides[0] &&
-      strides[0] >= shape[1] && strides[0] >= other.shape[1] && strides[0] > 0) {
+  if (ndim == 2 && other.ndim == 2 && es != 0 &&
+      es == static_cast<int64_t>(dtype_size(other.dtype)) && inner_contiguous() &&
+      other.inner_contiguous() && strides[0] == other.strides[0] && strides[0] >= shape[1] &&
+      strides[0] >= other.shape[1] && strides[0] > 0) {
     const int64_t row_bytes = strides[0] * es;
     const int64_t diff = static_cast<int64_t>(reinterpret_cast<uintptr_t>(other.data) -
                                               reinterpret_cast<uintptr_t>(data));

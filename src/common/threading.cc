@@ -9,7 +9,9 @@ namespace {
 std::atomic<int> g_threads{0};  // 0: follow OpenMP's default
 }  // namespace
 
-void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+void set_num_threads(int n) {
+  g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed);
+}
 
 int num_threads() {
   const int n = g_threads.load(std::memory_order_relaxed);

@@ -14,7 +14,9 @@ bool verbose_enabled() {
   return on;
 }
 
-void verbose_print(const std::string &line) { std::fprintf(stderr, "fusekit_verbose,%s\n", line.c_str()); }
+void verbose_print(const std::string &line) {
+  std::fprintf(stderr, "fusekit_verbose,%s\n", line.c_str());
+}
 
 void StageTimer::stage(const char *name) {
   if (!on_) return;

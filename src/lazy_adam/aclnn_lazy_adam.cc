@@ -22,7 +22,8 @@ Status renamed(Status s) {
 
 class LazyAdamExecutor final : public aclOpExecutor {
  public:
-  LazyAdamExecutor(const LazyAdam &plan, const TensorView &lr) : aclOpExecutor(kOp), plan_(plan), lr_(lr) {}
+  LazyAdamExecutor(const LazyAdam &plan, const TensorView &lr)
+      : aclOpExecutor(kOp), plan_(plan), lr_(lr) {}
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
   Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
     const float lr = *lr_.as<const float>();  // read when phase two runs
@@ -45,11 +46,10 @@ class LazyAdamExecutor final : public aclOpExecutor {
 
 using namespace fusekit;
 
-extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(const aclTensor *gradient, const aclTensor *indices,
-                                                     const aclTensor *inputM, const aclTensor *inputV,
-                                                     const aclTensor *inputVar, const aclTensor *lr,
-                                                     double beta1, double beta2, double epsilon,
-                                                     uint64_t *workspaceSize, aclOpExecutor **executor) {
+extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
+    const aclTensor *gradient, const aclTensor *indices, const aclTensor *inputM,
+    const aclTensor *inputV, const aclTensor *inputVar, const aclTensor *lr, double beta1,
+    double beta2, double epsilon, uint64_t *workspaceSize, aclOpExecutor **executor) {
   TensorView g, i, m, v, var, l;
   Status st = view_of(gradient, kOp, "gradient", &g);
   if (st.ok()) st = view_of(indices, kOp, "indices", &i);
@@ -57,11 +57,12 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(const aclTensor *gradient, 
   if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
   if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
   if (st.ok()) st = view_of(lr, kOp, "lr", &l);
-  if (st.ok() && workspaceSize == nullptr) st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+  if (st.ok() && workspaceSize == nullptr)
+    st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
   if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
   if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
-    st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ", dtype_name(l.dtype), " ",
-                                 l.shape_string()));
+    st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ", dtype_name(l.dtype),
+                                 " ", l.shape_string()));
   }
   if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
   LazyAdam plan;
@@ -77,7 +78,7 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(const aclTensor *gradient, 
   return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
 }
 
-extern "C" aclnnStatus aclnnLazyAdam(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-                                     aclrtStream stream) {
+extern "C" aclnnStatus aclnnLazyAdam(void *workspace, uint64_t workspaceSize,
+                                     aclOpExecutor *executor, aclrtStream stream) {
   return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
 }

@@ -3,9 +3,9 @@
 // float32 operations in the same order as the reference kernel (no FMA: bitwise equal results).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "lazy_adam/lazy_adam_hwy.cc"
+#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/cache_control.h>
 
 #include <cmath>
 
@@ -29,10 +29,11 @@ struct Consts {
 // The update of lanes [j, j + Lanes(d)) of one row. Every op is an exact IEEE operation, in the
 // order of the scalar formula, so any vector width gives the scalar result bit for bit.
 template <class D>
-HWY_INLINE void UpdateLanes(D d, const Consts &c, const float *HWY_RESTRICT g, float *HWY_RESTRICT m,
-                            float *HWY_RESTRICT v, float *HWY_RESTRICT var) {
+HWY_INLINE void UpdateLanes(D d, const Consts &c, const float *HWY_RESTRICT g,
+                            float *HWY_RESTRICT m, float *HWY_RESTRICT v, float *HWY_RESTRICT var) {
   const auto gj = hn::LoadU(d, g);
-  const auto mj = hn::Add(hn::Mul(hn::LoadU(d, m), hn::Set(d, c.beta1)), hn::Mul(gj, hn::Set(d, c.one_minus_beta1)));
+  const auto mj = hn::Add(hn::Mul(hn::LoadU(d, m), hn::Set(d, c.beta1)),
+                          hn::Mul(gj, hn::Set(d, c.one_minus_beta1)));
   const auto vj = hn::Abs(hn::Add(hn::Mul(hn::LoadU(d, v), hn::Set(d, c.beta2)),
                                   hn::Mul(hn::Mul(gj, gj), hn::Set(d, c.one_minus_beta2))));
   const auto denom = hn::Add(hn::Sqrt(vj), hn::Set(d, c.epsilon));
@@ -91,7 +92,8 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
       // Duplicates: sum the occurrences in order into scratch.
       for (int64_t j = 0; j < D; ++j) scratch[j] = g[j];
       for (; next < end && (a.entries[next] >> 32) == row; ++next) {
-        const float *h = a.grad + static_cast<int64_t>(a.entries[next] & 0xffffffffu) * a.grad_stride;
+        const float *h =
+            a.grad + static_cast<int64_t>(a.entries[next] & 0xffffffffu) * a.grad_stride;
         ForEachSpan(D, [&](auto d, int64_t j) {
           hn::StoreU(hn::Add(hn::LoadU(d, scratch + j), hn::LoadU(d, h + j)), d, scratch + j);
         });
@@ -116,7 +118,9 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
   return skipped;
 }
 
-const char *LazyAdamTargetName() { return hwy::TargetName(HWY_TARGET); }
+const char *LazyAdamTargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
 
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -128,11 +132,13 @@ HWY_EXPORT(LazyAdamTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 LazyAdamRowsFn lazy_adam_rows_optimized() {
-  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  if (!hwy::GetChosenTarget().IsInitialized())
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return HWY_DYNAMIC_DISPATCH(LazyAdamRows);
 }
 const char *lazy_adam_optimized_target() {
-  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  if (!hwy::GetChosenTarget().IsInitialized())
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return HWY_DYNAMIC_DISPATCH(LazyAdamTargetName)();
 }
 

@@ -47,7 +47,9 @@ int64_t prefetch_ahead(int64_t dim) {
   return std::clamp<int64_t>(2048 / row_bytes, 2, 16);
 }
 
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 
 // The workspace: entries and their sort buffer, the sort's histograms, one gradient row of
 // scratch per thread.
@@ -92,7 +94,8 @@ Status check_float_table(const TensorView &t, const char *name) {
     return Status::Invalid(str_cat(kOp, ": ", name, " must be 2-D, got shape ", t.shape_string()));
   }
   if (!t.inner_contiguous()) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must have a contiguous last dimension, got strides [",
+    return Status::Invalid(str_cat(kOp, ": ", name,
+                                   " must have a contiguous last dimension, got strides [",
                                    t.strides[0], ", ", t.strides[1], "]"));
   }
   if (t.strides[0] < 0) {
@@ -100,7 +103,8 @@ Status check_float_table(const TensorView &t, const char *name) {
   }
   int64_t extent = 0;
   if (__builtin_mul_overflow(t.shape[0], std::max<int64_t>(t.strides[0], t.shape[1]), &extent)) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+    return Status::Invalid(
+        str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }
   if (t.data == nullptr && t.numel() > 0) {
     return Status::NullPointer(str_cat(kOp, ": ", name, " has no data"));
@@ -127,30 +131,34 @@ Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, con
                                    "; int32 or int64 is required"));
   }
   if (!(indices.ndim == 1 || (indices.ndim == 2 && indices.shape[1] == 1))) {
-    return Status::Invalid(str_cat(kOp, ": indices must have shape [N] or [N, 1], got ", indices.shape_string()));
+    return Status::Invalid(
+        str_cat(kOp, ": indices must have shape [N] or [N, 1], got ", indices.shape_string()));
   }
   const int64_t n = indices.shape[0];
   if (gradient.shape[0] != n) {
-    return Status::Invalid(str_cat(kOp, ": gradient has ", gradient.shape[0], " rows but indices has ", n,
-                                   " entries (gradient ", gradient.shape_string(), ", indices ",
-                                   indices.shape_string(), ")"));
+    return Status::Invalid(str_cat(
+        kOp, ": gradient has ", gradient.shape[0], " rows but indices has ", n,
+        " entries (gradient ", gradient.shape_string(), ", indices ", indices.shape_string(), ")"));
   }
   if (m.shape[0] != v.shape[0] || m.shape[0] != var.shape[0] || m.shape[1] != v.shape[1] ||
       m.shape[1] != var.shape[1]) {
-    return Status::Invalid(str_cat(kOp, ": inputM ", m.shape_string(), ", inputV ", v.shape_string(),
-                                   " and inputVar ", var.shape_string(), " must have the same shape"));
+    return Status::Invalid(str_cat(kOp, ": inputM ", m.shape_string(), ", inputV ",
+                                   v.shape_string(), " and inputVar ", var.shape_string(),
+                                   " must have the same shape"));
   }
   if (gradient.shape[1] != m.shape[1]) {
-    return Status::Invalid(str_cat(kOp, ": gradient has ", gradient.shape[1], " columns but the table has ",
-                                   m.shape[1], " (gradient ", gradient.shape_string(), ", inputM ",
-                                   m.shape_string(), ")"));
+    return Status::Invalid(str_cat(kOp, ": gradient has ", gradient.shape[1],
+                                   " columns but the table has ", m.shape[1], " (gradient ",
+                                   gradient.shape_string(), ", inputM ", m.shape_string(), ")"));
   }
-  if (indices.data == nullptr && n > 0) return Status::NullPointer(str_cat(kOp, ": indices has no data"));
+  if (indices.data == nullptr && n > 0)
+    return Status::NullPointer(str_cat(kOp, ": indices has no data"));
   const int64_t rows = m.shape[0];
   if (n > int64_t{std::numeric_limits<uint32_t>::max()} ||
       rows >= int64_t{std::numeric_limits<uint32_t>::max()}) {
-    return Status::Invalid(str_cat(kOp, ": ", n, " indices into ", rows,
-                                   " rows exceeds this implementation's limit of 2^32 - 1 of each"));
+    return Status::Invalid(
+        str_cat(kOp, ": ", n, " indices into ", rows,
+                " rows exceeds this implementation's limit of 2^32 - 1 of each"));
   }
   if (!(options.beta1 >= 0.0 && options.beta1 < 1.0)) {
     return Status::Invalid(str_cat(kOp, ": beta1 = ", options.beta1, " must be in [0, 1)"));
@@ -159,23 +167,28 @@ Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, con
     return Status::Invalid(str_cat(kOp, ": beta2 = ", options.beta2, " must be in [0, 1)"));
   }
   if (!(std::isfinite(options.epsilon) && options.epsilon > 0.0 &&
-        static_cast<float>(options.epsilon) > 0.0f && std::isfinite(static_cast<float>(options.epsilon)))) {
-    return Status::Invalid(str_cat(kOp, ": epsilon = ", options.epsilon,
-                                   " must be finite and > 0 in float32"));
+        static_cast<float>(options.epsilon) > 0.0f &&
+        std::isfinite(static_cast<float>(options.epsilon)))) {
+    return Status::Invalid(
+        str_cat(kOp, ": epsilon = ", options.epsilon, " must be finite and > 0 in float32"));
   }
   // The tables are updated in place: they must not share memory with each other or the inputs.
-  const std::pair<const TensorView *, const char *> tables[] = {{&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}};
+  const std::pair<const TensorView *, const char *> tables[] = {
+      {&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}};
   for (size_t i = 0; i < 3; ++i) {
     for (size_t j = i + 1; j < 3; ++j) {
       if (tables[i].first->overlaps(*tables[j].first)) {
-        return Status::Invalid(str_cat(kOp, ": ", tables[i].second, " and ", tables[j].second, " overlap in memory"));
+        return Status::Invalid(
+            str_cat(kOp, ": ", tables[i].second, " and ", tables[j].second, " overlap in memory"));
       }
     }
     if (tables[i].first->overlaps(gradient)) {
-      return Status::Invalid(str_cat(kOp, ": gradient and ", tables[i].second, " overlap in memory"));
+      return Status::Invalid(
+          str_cat(kOp, ": gradient and ", tables[i].second, " overlap in memory"));
     }
     if (tables[i].first->overlaps(indices)) {
-      return Status::Invalid(str_cat(kOp, ": indices and ", tables[i].second, " overlap in memory"));
+      return Status::Invalid(
+          str_cat(kOp, ": indices and ", tables[i].second, " overlap in memory"));
     }
   }
 
@@ -206,13 +219,14 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   if (!std::isfinite(lr)) return Status::Invalid(str_cat(kOp, ": lr = ", lr, " is not finite"));
   if (n_ == 0) return Status::Ok();
   if (workspace_size < workspace_bytes_) {
-    return Status::Invalid(str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_,
-                                   " needed"));
+    return Status::Invalid(
+        str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
   }
   if (workspace == nullptr) return Status::NullPointer(str_cat(kOp, ": workspace is null"));
   StageTimer timer;
   const WorkspaceLayout w = layout_for(n_, d_, r_, threads_);
-  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
+                                        kAlign * kAlign);
   auto *entries = reinterpret_cast<uint64_t *>(base + w.entries);
   auto *entries_tmp = reinterpret_cast<uint64_t *>(base + w.entries_tmp);
   auto *hist = reinterpret_cast<uint64_t *>(base + w.hist);
@@ -226,7 +240,8 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   int64_t first_bad = n, padding = 0;
   int duplicates = bitmap == nullptr ? 1 : 0;
   auto index_at = [&](int64_t i) -> int64_t {
-    return wide ? static_cast<const int64_t *>(idx)[i * stride] : static_cast<const int32_t *>(idx)[i * stride];
+    return wide ? static_cast<const int64_t *>(idx)[i * stride]
+                : static_cast<const int32_t *>(idx)[i * stride];
   };
   if (bitmap != nullptr) {
     // One serial pass: the bitmap (R / 8 bytes: 244 KiB for 2M rows) stays in L2, and a serial
@@ -249,7 +264,8 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
     }
   } else {
     // A table too large for the bitmap: always group by sorting.
-    const int nt_pack = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, n >> 15)));
+    const int nt_pack =
+        static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, n >> 15)));
 #pragma omp parallel for num_threads(nt_pack) schedule(static) reduction(min : first_bad) reduction(+ : padding)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = index_at(i);
@@ -267,8 +283,8 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   if (first_bad < n) {
     const int64_t value = wide ? static_cast<const int64_t *>(idx)[first_bad * stride]
                                : static_cast<const int32_t *>(idx)[first_bad * stride];
-    return Status::Invalid(str_cat(kOp, ": indices[", first_bad, "] = ", value, " but the table has ", rows,
-                                   " rows; nothing was modified"));
+    return Status::Invalid(str_cat(kOp, ": indices[", first_bad, "] = ", value,
+                                   " but the table has ", rows, " rows; nothing was modified"));
   }
   timer.stage("check");
   st.indices_padding = padding;
@@ -277,7 +293,8 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   const uint64_t *ordered = entries;
   int64_t end = n;
   if (duplicates != 0) {
-    ordered = radix_sort_u64(entries, entries_tmp, n, 32, bits_for(static_cast<uint64_t>(rows)), hist, threads_);
+    ordered = radix_sort_u64(entries, entries_tmp, n, 32, bits_for(static_cast<uint64_t>(rows)),
+                             hist, threads_);
     end = n - padding;
   }
   timer.stage(duplicates != 0 ? "group" : "group(none)");
@@ -318,9 +335,12 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
     const int64_t b = boundary(end * t / team), e = boundary(end * (t + 1) / team);
     if (b < e) {
       if (duplicates != 0) {
-        for (int64_t k = b; k < e; ++k) distinct += (k == b || (ordered[k] >> 32) != (ordered[k - 1] >> 32)) ? 1 : 0;
+        for (int64_t k = b; k < e; ++k)
+          distinct += (k == b || (ordered[k] >> 32) != (ordered[k - 1] >> 32)) ? 1 : 0;
       }
-      skipped += kernel(args, b, e, reinterpret_cast<float *>(scratch_base + w.scratch_per_thread * static_cast<size_t>(t)));
+      skipped += kernel(
+          args, b, e,
+          reinterpret_cast<float *>(scratch_base + w.scratch_per_thread * static_cast<size_t>(t)));
     }
   }
   if (duplicates == 0) distinct = n - padding;
@@ -328,9 +348,11 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   st.rows_updated = distinct - skipped;
   if (timer.on()) {
     timer.stage("update");
-    verbose_print(str_cat("LazyAdam,N=", n_, ",R=", r_, ",D=", d_, ",index=", dtype_name(indices_.dtype),
-                          ",kernel=", kernel_ == KernelChoice::kReference ? "reference" : lazy_adam_optimized_target(),
-                          ",threads=", threads_, ",rows=", st.rows_updated, ",skipped=", skipped, ",", timer.fields()));
+    verbose_print(str_cat(
+        "LazyAdam,N=", n_, ",R=", r_, ",D=", d_, ",index=", dtype_name(indices_.dtype), ",kernel=",
+        kernel_ == KernelChoice::kReference ? "reference" : lazy_adam_optimized_target(),
+        ",threads=", threads_, ",rows=", st.rows_updated, ",skipped=", skipped, ",",
+        timer.fields()));
   }
   return Status::Ok();
 }
@@ -344,7 +366,8 @@ Status lazy_adam_step(const TensorView &gradient, const TensorView &indices, con
   if (plan.workspace_size() > 0) {
     workspace.reset(new (std::nothrow) char[plan.workspace_size()]);
     if (!workspace) {
-      return Status::Runtime(str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
+      return Status::Runtime(
+          str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
     }
   }
   return plan.run(lr, workspace.get(), plan.workspace_size(), stats);

@@ -67,17 +67,23 @@ using fusekit::str_cat;
 
 extern "C" {
 
-aclError aclInit(const char *) { return ACL_SUCCESS; }
-aclError aclFinalize(void) { return ACL_SUCCESS; }
+aclError aclInit(const char *) {
+  return ACL_SUCCESS;
+}
+aclError aclFinalize(void) {
+  return ACL_SUCCESS;
+}
 
 aclError aclrtSetDevice(int32_t deviceId) {
   if (deviceId != 0) {
-    return fail(ACL_ERROR_INVALID_PARAM,
-                str_cat("aclrtSetDevice: deviceId = ", deviceId, " but this CPU runtime has one device, 0"));
+    return fail(ACL_ERROR_INVALID_PARAM, str_cat("aclrtSetDevice: deviceId = ", deviceId,
+                                                 " but this CPU runtime has one device, 0"));
   }
   return ACL_SUCCESS;
 }
-aclError aclrtResetDevice(int32_t deviceId) { return aclrtSetDevice(deviceId); }
+aclError aclrtResetDevice(int32_t deviceId) {
+  return aclrtSetDevice(deviceId);
+}
 aclError aclrtGetDevice(int32_t *deviceId) {
   if (deviceId == nullptr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId is null");
   *deviceId = 0;
@@ -121,13 +127,16 @@ aclError aclrtSynchronizeStream(aclrtStream stream) {
 
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
   if (timeout < -1) {
-    return fail(ACL_ERROR_INVALID_PARAM,
-                str_cat("aclrtSynchronizeStreamWithTimeout: timeout = ", timeout, " (must be >= -1)"));
+    return fail(
+        ACL_ERROR_INVALID_PARAM,
+        str_cat("aclrtSynchronizeStreamWithTimeout: timeout = ", timeout, " (must be >= -1)"));
   }
   return aclrtSynchronizeStream(stream);
 }
 
-aclError aclrtSynchronizeDevice(void) { return ACL_SUCCESS; }
+aclError aclrtSynchronizeDevice(void) {
+  return ACL_SUCCESS;
+}
 
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
   if (policy != ACL_MEM_MALLOC_HUGE_FIRST && policy != ACL_MEM_MALLOC_HUGE_ONLY &&
@@ -154,7 +163,8 @@ aclError aclrtFreeHost(void *hostPtr) {
   return ACL_SUCCESS;
 }
 
-aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                     aclrtMemcpyKind kind) {
   if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEVICE_TO_DEVICE) {
     return fail(ACL_ERROR_INVALID_PARAM,
                 str_cat("aclrtMemcpy: kind = ", static_cast<int>(kind), " is not a copy kind"));
@@ -165,7 +175,8 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, a
   }
   if (count == 0) return ACL_SUCCESS;
   if (dst == nullptr || src == nullptr) {
-    return fail(ACL_ERROR_INVALID_PARAM, str_cat("aclrtMemcpy: ", dst == nullptr ? "dst" : "src", " is null"));
+    return fail(ACL_ERROR_INVALID_PARAM,
+                str_cat("aclrtMemcpy: ", dst == nullptr ? "dst" : "src", " is null"));
   }
   std::memmove(dst, src, count);
   return ACL_SUCCESS;

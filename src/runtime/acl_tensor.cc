@@ -9,17 +9,25 @@ namespace fusekit {
 
 DType dtype_from_acl(aclDataType t) {
   switch (t) {
-    case ACL_FLOAT: return DType::kFloat32;
-    case ACL_FLOAT16: return DType::kFloat16;
-    case ACL_BF16: return DType::kBFloat16;
-    case ACL_INT32: return DType::kInt32;
-    case ACL_INT64: return DType::kInt64;
-    case ACL_UINT8: return DType::kUInt8;
-    default: return DType::kOther;
+    case ACL_FLOAT:
+      return DType::kFloat32;
+    case ACL_FLOAT16:
+      return DType::kFloat16;
+    case ACL_BF16:
+      return DType::kBFloat16;
+    case ACL_INT32:
+      return DType::kInt32;
+    case ACL_INT64:
+      return DType::kInt64;
+    case ACL_UINT8:
+      return DType::kUInt8;
+    default:
+      return DType::kOther;
   }
 }
 
-Status view_of(const aclTensor *t, const char *op, const char *arg, TensorView *out, bool optional) {
+Status view_of(const aclTensor *t, const char *op, const char *arg, TensorView *out,
+               bool optional) {
   *out = TensorView();
   if (t == nullptr) {
     if (optional) return Status::Ok();
@@ -47,8 +55,8 @@ extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
                                       uint64_t storageDimsNum, void *tensorData) {
   constexpr int kMax = fusekit::TensorView::kMaxDims;
   if (viewDimsNum > static_cast<uint64_t>(kMax) || storageDimsNum > static_cast<uint64_t>(kMax)) {
-    set_last_message(str_cat("aclCreateTensor: viewDimsNum = ", viewDimsNum, ", storageDimsNum = ",
-                             storageDimsNum, " (at most ", kMax, ")"));
+    set_last_message(str_cat("aclCreateTensor: viewDimsNum = ", viewDimsNum,
+                             ", storageDimsNum = ", storageDimsNum, " (at most ", kMax, ")"));
     return nullptr;
   }
   if (viewDimsNum > 0 && viewDims == nullptr) {
@@ -102,7 +110,8 @@ extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     delete t;
     return nullptr;
   }
-  if (storageDims != nullptr && storageDimsNum > 0 && !empty && offset + max_reach >= storage_elems) {
+  if (storageDims != nullptr && storageDimsNum > 0 && !empty &&
+      offset + max_reach >= storage_elems) {
     set_last_message(str_cat("aclCreateTensor: the view (offset ", offset, ", last element ",
                              offset + max_reach, ") reaches past its storage of ", storage_elems,
                              " elements"));
@@ -110,7 +119,9 @@ extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     return nullptr;
   }
   const size_t esize = fusekit::dtype_size(dt) != 0 ? fusekit::dtype_size(dt) : 1;
-  v.data = tensorData == nullptr ? nullptr : static_cast<char *>(tensorData) + offset * static_cast<int64_t>(esize);
+  v.data = tensorData == nullptr
+               ? nullptr
+               : static_cast<char *>(tensorData) + offset * static_cast<int64_t>(esize);
   return t;
 }
 

@@ -22,7 +22,8 @@ struct aclOpExecutor {
 
   virtual uint64_t workspace_size() const = 0;
   // Runs the plan. A non-empty *warning is recorded for aclGetRecentErrMsg on success.
-  virtual fusekit::Status execute(void *workspace, uint64_t workspace_size, std::string *warning) = 0;
+  virtual fusekit::Status execute(void *workspace, uint64_t workspace_size,
+                                  std::string *warning) = 0;
 
   uint32_t magic = kMagic;
   const char *op_name;

@@ -21,7 +21,9 @@ inline uint64_t base_seed() {
   return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261130ull;
 }
 
-inline std::mt19937_64 rng_for(uint64_t salt) { return std::mt19937_64(base_seed() * 1000003ull + salt); }
+inline std::mt19937_64 rng_for(uint64_t salt) {
+  return std::mt19937_64(base_seed() * 1000003ull + salt);
+}
 
 inline std::vector<float> uniform(std::mt19937_64 &rng, size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -31,10 +33,16 @@ inline std::vector<float> uniform(std::mt19937_64 &rng, size_t n, float lo, floa
 }
 
 // A NaN with a payload no kernel produces: an element still holding it was never written.
-inline float poison_float() { return std::bit_cast<float>(0x7fa5a5a5u); }
-inline bool is_poison(float f) { return std::bit_cast<uint32_t>(f) == 0x7fa5a5a5u; }
+inline float poison_float() {
+  return std::bit_cast<float>(0x7fa5a5a5u);
+}
+inline bool is_poison(float f) {
+  return std::bit_cast<uint32_t>(f) == 0x7fa5a5a5u;
+}
 
-inline bool bits_equal(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+inline bool bits_equal(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
 
 // Counts positions where two float arrays differ bitwise; reports the first few.
 inline size_t count_bit_mismatches(const float *got, const float *want, size_t n, const char *what,

@@ -21,12 +21,17 @@ std::atomic<bool> g_counting{false};
 }  // namespace
 
 void *operator new(std::size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_counting.load(std::memory_order_relaxed))
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void *p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void *p) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+void operator delete(void *p) noexcept {
+  std::free(p);
+}
+void operator delete(void *p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -40,14 +45,16 @@ struct Counting {
 
 TEST(LazyAdamNoAlloc, PhaseTwoAllocatesNothing) {
   const int64_t rows = 5000, n = 3000, dim = 16;
-  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f), var(rows * dim, 1.0f);
+  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f),
+      var(rows * dim, 1.0f);
   std::vector<int32_t> idx(n);
   for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>((i * 7) % rows);
   idx[10] = idx[20];  // a duplicate: the grouping path
   fusekit::LazyAdam plan;
-  ASSERT_TRUE(fusekit::LazyAdam::plan(TensorView::of(grad.data(), {n, dim}), TensorView::of(idx.data(), {n}),
-                                      TensorView::of(m.data(), {rows, dim}), TensorView::of(v.data(), {rows, dim}),
-                                      TensorView::of(var.data(), {rows, dim}), {}, &plan)
+  ASSERT_TRUE(fusekit::LazyAdam::plan(
+                  TensorView::of(grad.data(), {n, dim}), TensorView::of(idx.data(), {n}),
+                  TensorView::of(m.data(), {rows, dim}), TensorView::of(v.data(), {rows, dim}),
+                  TensorView::of(var.data(), {rows, dim}), {}, &plan)
                   .ok());
   std::vector<char> ws(plan.workspace_size());
   ASSERT_TRUE(plan.run(0.01f, ws.data(), ws.size()).ok());  // warm up (thread pool start)
@@ -58,21 +65,25 @@ TEST(LazyAdamNoAlloc, PhaseTwoAllocatesNothing) {
 
 TEST(LazyAdamNoAlloc, AclnnPhaseTwoAllocatesNothing) {
   const int64_t rows = 100, n = 50, dim = 8;
-  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f), var(rows * dim, 1.0f);
+  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f),
+      var(rows * dim, 1.0f);
   std::vector<int32_t> idx(n);
   for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i * 2);
   float lr = 0.01f;
   const int64_t gd[2] = {n, dim}, id[1] = {n}, td[2] = {rows, dim}, ld[1] = {1};
-  aclTensor *t[6] = {aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()),
-                     aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx.data()),
-                     aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data()),
-                     aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data()),
-                     aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, var.data()),
-                     aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr)};
+  aclTensor *t[6] = {
+      aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()),
+      aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx.data()),
+      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data()),
+      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data()),
+      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, var.data()),
+      aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr)};
   for (int rep = 0; rep < 2; ++rep) {
     uint64_t ws = 0;
     aclOpExecutor *ex = nullptr;
-    ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, &ws, &ex), 0);
+    ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7,
+                                            &ws, &ex),
+              0);
     std::vector<char> buf(ws);
     long count = 0;
     {

@@ -41,9 +41,14 @@ struct Table {
   int64_t rows = 0, dim = 0, stride = 0;
   std::vector<float> data;
   Table(int64_t r, int64_t d, int64_t s, std::mt19937_64 &rng, float lo, float hi)
-      : rows(r), dim(d), stride(s), data(uniform(rng, static_cast<size_t>(std::max<int64_t>(r * s, 1)), lo, hi)) {}
+      : rows(r),
+        dim(d),
+        stride(s),
+        data(uniform(rng, static_cast<size_t>(std::max<int64_t>(r * s, 1)), lo, hi)) {}
   float &at(int64_t r, int64_t c) { return data[static_cast<size_t>(r * stride + c)]; }
-  TensorView view() { return TensorView::strided(data.data(), DType::kFloat32, {rows, dim}, {stride, 1}); }
+  TensorView view() {
+    return TensorView::strided(data.data(), DType::kFloat32, {rows, dim}, {stride, 1});
+  }
 };
 
 struct Problem {
@@ -59,8 +64,12 @@ Problem make_problem(uint64_t salt, int64_t rows, int64_t n, int64_t dim, int64_
                      double dup_fraction = 0.0, double pad_fraction = 0.0) {
   auto rng = rng_for(salt);
   if (stride < 0) stride = dim;
-  Problem p{n, dim, uniform(rng, static_cast<size_t>(n * dim), -2.f, 2.f), {},
-            Table(rows, dim, stride, rng, -1.f, 1.f), Table(rows, dim, stride, rng, 0.f, 1.f),
+  Problem p{n,
+            dim,
+            uniform(rng, static_cast<size_t>(n * dim), -2.f, 2.f),
+            {},
+            Table(rows, dim, stride, rng, -1.f, 1.f),
+            Table(rows, dim, stride, rng, 0.f, 1.f),
             Table(rows, dim, stride, rng, -3.f, 3.f)};
   std::uniform_int_distribution<int64_t> row_dist(0, std::max<int64_t>(rows - 1, 0));
   std::uniform_real_distribution<double> coin(0, 1);
@@ -68,7 +77,9 @@ Problem make_problem(uint64_t salt, int64_t rows, int64_t n, int64_t dim, int64_
     if (coin(rng) < pad_fraction) {
       p.idx.push_back(-1 - static_cast<int64_t>(rng() % 5));  // any negative value is padding
     } else if (i > 0 && coin(rng) < dup_fraction) {
-      p.idx.push_back(p.idx[rng() % static_cast<uint64_t>(i)] >= 0 ? p.idx[rng() % static_cast<uint64_t>(i)] : row_dist(rng));
+      p.idx.push_back(p.idx[rng() % static_cast<uint64_t>(i)] >= 0
+                          ? p.idx[rng() % static_cast<uint64_t>(i)]
+                          : row_dist(rng));
     } else {
       p.idx.push_back(row_dist(rng));
     }
@@ -120,7 +131,8 @@ OracleResult oracle(Problem &p) {
   return res;
 }
 
-Status run_cpp(Problem &p, KernelChoice kernel, int threads, LazyAdamStats *stats, DType index_type = DType::kInt64) {
+Status run_cpp(Problem &p, KernelChoice kernel, int threads, LazyAdamStats *stats,
+               DType index_type = DType::kInt64) {
   LazyAdamOptions o;
   o.beta1 = p.beta1;
   o.beta2 = p.beta2;
@@ -130,14 +142,18 @@ Status run_cpp(Problem &p, KernelChoice kernel, int threads, LazyAdamStats *stat
   std::vector<int32_t> idx32(p.idx.begin(), p.idx.end());
   const TensorView idx = index_type == DType::kInt64 ? TensorView::of(p.idx.data(), {p.n})
                                                      : TensorView::of(idx32.data(), {p.n});
-  return fusekit::lazy_adam_step(TensorView::of(p.grad.data(), {p.n, p.dim}), idx, p.m.view(), p.v.view(),
-                                 p.var.view(), p.lr, o, stats);
+  return fusekit::lazy_adam_step(TensorView::of(p.grad.data(), {p.n, p.dim}), idx, p.m.view(),
+                                 p.v.view(), p.var.view(), p.lr, o, stats);
 }
 
 void expect_tables_equal(Problem &got, Problem &want) {
-  EXPECT_EQ(count_bit_mismatches(got.m.data.data(), want.m.data.data(), got.m.data.size(), "m"), 0u);
-  EXPECT_EQ(count_bit_mismatches(got.v.data.data(), want.v.data.data(), got.v.data.size(), "v"), 0u);
-  EXPECT_EQ(count_bit_mismatches(got.var.data.data(), want.var.data.data(), got.var.data.size(), "var"), 0u);
+  EXPECT_EQ(count_bit_mismatches(got.m.data.data(), want.m.data.data(), got.m.data.size(), "m"),
+            0u);
+  EXPECT_EQ(count_bit_mismatches(got.v.data.data(), want.v.data.data(), got.v.data.size(), "v"),
+            0u);
+  EXPECT_EQ(
+      count_bit_mismatches(got.var.data.data(), want.var.data.data(), got.var.data.size(), "var"),
+      0u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -168,7 +184,8 @@ TEST_P(LazyAdamDims, BothKernelsBothIndexTypesEveryTargetMatchOracleBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(VectorWidthEdges, LazyAdamDims,
-                         ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16, 17, 20, 28, 31, 32, 33, 64, 257));
+                         ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16, 17, 20, 28, 31,
+                                           32, 33, 64, 257));
 
 TEST(LazyAdam, UntouchedRowsKeepTheirBits) {
   Problem p = make_problem(7, 1000, 10, 16);
@@ -238,9 +255,11 @@ TEST(LazyAdam, NonFiniteGradientRowsAreSkippedAndCounted) {
   for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
     Problem want = make_problem(15, 200, 300, 19, -1, 0.3);
     // Poison a few gradient rows in different lanes, including one occurrence of a duplicated row.
-    const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+    const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                         std::numeric_limits<float>::infinity(),
                          -std::numeric_limits<float>::infinity()};
-    for (int i = 0; i < 12; ++i) want.grad[static_cast<size_t>((i * 23) * want.dim + (i % 19))] = bad[i % 3];
+    for (int i = 0; i < 12; ++i)
+      want.grad[static_cast<size_t>((i * 23) * want.dim + (i % 19))] = bad[i % 3];
     // Two huge finite gradients of one row whose sum overflows to infinity: skipped too.
     want.idx[290] = want.idx[291] = 199;
     std::fill(want.grad.begin() + 290 * 19, want.grad.begin() + 292 * 19, 3e38f);
@@ -272,10 +291,12 @@ TEST(LazyAdam, StridedTablesAndGradient) {
     std::copy_n(p.grad.begin() + i * 5, 5, g_strided.begin() + i * 37);
   }
   std::vector<int32_t> idx_strided(static_cast<size_t>(p.n * 3), 999999);
-  for (int64_t i = 0; i < p.n; ++i) idx_strided[static_cast<size_t>(i * 3)] = static_cast<int32_t>(p.idx[static_cast<size_t>(i)]);
-  ASSERT_TRUE(fusekit::lazy_adam_step(TensorView::strided(g_strided.data(), DType::kFloat32, {p.n, 5}, {37, 1}),
-                                      TensorView::strided(idx_strided.data(), DType::kInt32, {p.n, 1}, {3, 1}),
-                                      p.m.view(), p.v.view(), p.var.view(), p.lr, {}, nullptr)
+  for (int64_t i = 0; i < p.n; ++i)
+    idx_strided[static_cast<size_t>(i * 3)] = static_cast<int32_t>(p.idx[static_cast<size_t>(i)]);
+  ASSERT_TRUE(fusekit::lazy_adam_step(
+                  TensorView::strided(g_strided.data(), DType::kFloat32, {p.n, 5}, {37, 1}),
+                  TensorView::strided(idx_strided.data(), DType::kInt32, {p.n, 1}, {3, 1}),
+                  p.m.view(), p.v.view(), p.var.view(), p.lr, {}, nullptr)
                   .ok());
   expect_tables_equal(p, ref);
 }
@@ -294,15 +315,21 @@ TEST(LazyAdam, InterleavedTablesInOneBuffer) {
       buf[static_cast<size_t>(r * 3 * dim + 2 * dim + j)] = start.var.at(r, j);
     }
   }
-  auto tv = [&](int64_t k) { return TensorView::strided(buf.data() + k * dim, DType::kFloat32, {rows, dim}, {3 * dim, 1}); };
-  ASSERT_TRUE(fusekit::lazy_adam_step(TensorView::of(start.grad.data(), {n, dim}), TensorView::of(start.idx.data(), {n}),
-                                      tv(0), tv(1), tv(2), start.lr, {}, nullptr)
+  auto tv = [&](int64_t k) {
+    return TensorView::strided(buf.data() + k * dim, DType::kFloat32, {rows, dim}, {3 * dim, 1});
+  };
+  ASSERT_TRUE(fusekit::lazy_adam_step(TensorView::of(start.grad.data(), {n, dim}),
+                                      TensorView::of(start.idx.data(), {n}), tv(0), tv(1), tv(2),
+                                      start.lr, {}, nullptr)
                   .ok());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < dim; ++j) {
-      ASSERT_TRUE(fusekit::testing::bits_equal(buf[static_cast<size_t>(r * 3 * dim + j)], want.m.at(r, j)));
-      ASSERT_TRUE(fusekit::testing::bits_equal(buf[static_cast<size_t>(r * 3 * dim + dim + j)], want.v.at(r, j)));
-      ASSERT_TRUE(fusekit::testing::bits_equal(buf[static_cast<size_t>(r * 3 * dim + 2 * dim + j)], want.var.at(r, j)));
+      ASSERT_TRUE(
+          fusekit::testing::bits_equal(buf[static_cast<size_t>(r * 3 * dim + j)], want.m.at(r, j)));
+      ASSERT_TRUE(fusekit::testing::bits_equal(buf[static_cast<size_t>(r * 3 * dim + dim + j)],
+                                               want.v.at(r, j)));
+      ASSERT_TRUE(fusekit::testing::bits_equal(buf[static_cast<size_t>(r * 3 * dim + 2 * dim + j)],
+                                               want.var.at(r, j)));
     }
   }
 }
@@ -337,7 +364,8 @@ TEST(LazyAdam, UniqueIndicesInBatchOrderOverThreads) {
     std::vector<int64_t> perm(static_cast<size_t>(rows));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng_for(22));
-    for (int64_t i = 0; i < n; ++i) p.idx[static_cast<size_t>(i)] = i % 97 == 5 ? -1 : perm[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < n; ++i)
+      p.idx[static_cast<size_t>(i)] = i % 97 == 5 ? -1 : perm[static_cast<size_t>(i)];
     return p;
   };
   Problem want = make();
@@ -382,8 +410,9 @@ TEST(LazyAdam, EmptyBatchIsANoOp) {
   Problem p = make_problem(20, 10, 0, 8);
   Problem before = p;
   fusekit::LazyAdam plan;
-  ASSERT_TRUE(fusekit::LazyAdam::plan(TensorView::of(p.grad.data(), {0, 8}), TensorView::of(p.idx.data(), {0}),
-                                      p.m.view(), p.v.view(), p.var.view(), {}, &plan)
+  ASSERT_TRUE(fusekit::LazyAdam::plan(TensorView::of(p.grad.data(), {0, 8}),
+                                      TensorView::of(p.idx.data(), {0}), p.m.view(), p.v.view(),
+                                      p.var.view(), {}, &plan)
                   .ok());
   EXPECT_EQ(plan.workspace_size(), 0u);
   ASSERT_TRUE(plan.run(0.1f, nullptr, 0).ok());
@@ -399,7 +428,8 @@ struct AclProblem {
   float lr_value = 0.01f;
   std::vector<int32_t> idx32;
   std::vector<aclTensor *> owned;
-  aclTensor *grad = nullptr, *idx = nullptr, *m = nullptr, *v = nullptr, *var = nullptr, *lr = nullptr;
+  aclTensor *grad = nullptr, *idx = nullptr, *m = nullptr, *v = nullptr, *var = nullptr,
+            *lr = nullptr;
 
   explicit AclProblem(uint64_t salt, int64_t rows = 64, int64_t n = 32, int64_t dim = 8)
       : p(make_problem(salt, rows, n, dim)), idx32(p.idx.begin(), p.idx.end()) {
@@ -413,12 +443,15 @@ struct AclProblem {
   ~AclProblem() {
     for (aclTensor *t : owned) aclDestroyTensor(t);
   }
-  aclTensor *make(std::vector<int64_t> dims, aclDataType dt, void *data, const int64_t *strides = nullptr) {
-    aclTensor *t = aclCreateTensor(dims.data(), dims.size(), dt, strides, 0, ACL_FORMAT_ND, nullptr, 0, data);
+  aclTensor *make(std::vector<int64_t> dims, aclDataType dt, void *data,
+                  const int64_t *strides = nullptr) {
+    aclTensor *t =
+        aclCreateTensor(dims.data(), dims.size(), dt, strides, 0, ACL_FORMAT_ND, nullptr, 0, data);
     owned.push_back(t);
     return t;
   }
-  aclnnStatus phase_one(uint64_t *ws, aclOpExecutor **ex, double b1 = 0.9, double b2 = 0.999, double eps = 1e-7) {
+  aclnnStatus phase_one(uint64_t *ws, aclOpExecutor **ex, double b1 = 0.9, double b2 = 0.999,
+                        double eps = 1e-7) {
     return aclnnLazyAdamGetWorkspaceSize(grad, idx, m, v, var, lr, b1, b2, eps, ws, ex);
   }
   aclnnStatus both_phases() {
@@ -431,13 +464,16 @@ struct AclProblem {
   }
 };
 
-std::string last_message() { return aclGetRecentErrMsg(); }
+std::string last_message() {
+  return aclGetRecentErrMsg();
+}
 
 void expect_refused(aclnnStatus got, aclnnStatus code, const std::vector<std::string> &needles) {
   EXPECT_EQ(got, code);
   const std::string msg = last_message();
   EXPECT_EQ(msg.rfind("aclnnLazyAdam", 0), 0u) << msg;
-  for (const auto &s : needles) EXPECT_NE(msg.find(s), std::string::npos) << "'" << s << "' not in: " << msg;
+  for (const auto &s : needles)
+    EXPECT_NE(msg.find(s), std::string::npos) << "'" << s << "' not in: " << msg;
 }
 
 TEST(LazyAdamAclnn, RunsAndMatchesOracle) {
@@ -470,7 +506,8 @@ TEST(LazyAdamAclnn, NullArguments) {
   for (int k = 0; k < 6; ++k) {
     aclTensor *t[6] = {a.grad, a.idx, a.m, a.v, a.var, a.lr};
     t[k] = nullptr;
-    expect_refused(aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, &ws, &ex),
+    expect_refused(aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999,
+                                                 1e-7, &ws, &ex),
                    ACLNN_ERR_PARAM_NULLPTR, {names[k], "null"});
   }
   expect_refused(a.phase_one(nullptr, &ex), ACLNN_ERR_PARAM_NULLPTR, {"workspaceSize"});
@@ -488,54 +525,70 @@ TEST(LazyAdamAclnn, RefusalsNameTheArgumentAndModifyNothing) {
 
   // dtypes
   aclTensor *grad_i32 = a.make({32, 8}, ACL_INT32, a.p.grad.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_i32, a.idx, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_i32, a.idx, a.m, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"gradient", "int32", "float32"});
   aclTensor *m_f16 = a.make({64, 8}, ACL_FLOAT16, f16_storage.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, m_f16, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, m_f16, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"inputM", "float16"});
   aclTensor *idx_f = a.make({32}, ACL_FLOAT, a.p.grad.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, idx_f, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, idx_f, a.m, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"indices", "float32"});
   // shapes
   aclTensor *idx_2col = a.make({32, 2}, ACL_INT32, idx2.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, idx_2col, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, idx_2col, a.m, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"indices", "[32, 2]"});
   aclTensor *idx_short = a.make({31}, ACL_INT32, a.idx32.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, idx_short, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, idx_short, a.m, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"gradient", "32", "31"});
   aclTensor *v_small = a.make({16, 8}, ACL_FLOAT, small.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, v_small, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, v_small, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"inputV", "[16, 8]", "same shape"});
   aclTensor *grad_wide = a.make({16, 16}, ACL_FLOAT, a.p.grad.data());
   aclTensor *idx16 = a.make({16}, ACL_INT32, a.idx32.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_wide, idx16, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_wide, idx16, a.m, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"gradient", "16 columns", "8"});
   aclTensor *grad_3d = a.make({32, 4, 2}, ACL_FLOAT, a.p.grad.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_3d, a.idx, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_3d, a.idx, a.m, a.v, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"gradient", "2-D"});
   // a column-major table: last dimension not contiguous
   const int64_t colmajor[2] = {1, 64};
   aclTensor *var_cm = a.make({64, 8}, ACL_FLOAT, a.p.var.data.data(), colmajor);
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.v, var_cm, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.v, var_cm, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"inputVar", "contiguous"});
   // overlaps
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.m, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.m, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"inputM", "inputV", "overlap"});
   aclTensor *grad_in_var = a.make({32, 8}, ACL_FLOAT, a.p.var.data.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_in_var, a.idx, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(grad_in_var, a.idx, a.m, a.v, a.var, a.lr, 0.9,
+                                               0.999, 1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"gradient", "inputVar", "overlap"});
   // lr
   aclTensor *lr2 = a.make({2}, ACL_FLOAT, a.p.grad.data());
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.v, a.var, lr2, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.v, a.var, lr2, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"lr", "[2]"});
   // attributes
   expect_refused(a.phase_one(&ws, &ex, 1.0), ACLNN_ERR_PARAM_INVALID, {"beta1 = 1"});
   expect_refused(a.phase_one(&ws, &ex, -0.5), ACLNN_ERR_PARAM_INVALID, {"beta1 = -0.5"});
-  expect_refused(a.phase_one(&ws, &ex, 0.9, std::nan("")), ACLNN_ERR_PARAM_INVALID, {"beta2 = nan"});
+  expect_refused(a.phase_one(&ws, &ex, 0.9, std::nan("")), ACLNN_ERR_PARAM_INVALID,
+                 {"beta2 = nan"});
   expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, 0.0), ACLNN_ERR_PARAM_INVALID, {"epsilon = 0"});
-  expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, -1e-8), ACLNN_ERR_PARAM_INVALID, {"epsilon = -1e-08"});
-  expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, 1e-60), ACLNN_ERR_PARAM_INVALID, {"epsilon = 1e-60", "float32"});
-  expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, INFINITY), ACLNN_ERR_PARAM_INVALID, {"epsilon = inf"});
+  expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, -1e-8), ACLNN_ERR_PARAM_INVALID,
+                 {"epsilon = -1e-08"});
+  expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, 1e-60), ACLNN_ERR_PARAM_INVALID,
+                 {"epsilon = 1e-60", "float32"});
+  expect_refused(a.phase_one(&ws, &ex, 0.9, 0.999, INFINITY), ACLNN_ERR_PARAM_INVALID,
+                 {"epsilon = inf"});
 
   expect_tables_equal(a.p, const_cast<Problem &>(before));
 }
@@ -552,7 +605,8 @@ TEST(LazyAdamAclnn, OutOfRangeIndexFailsAndModifiesNothing) {
     const Problem before = a.p;
     uint64_t ws = 0;
     aclOpExecutor *ex = nullptr;
-    ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(a.grad, idx, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+    ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(a.grad, idx, a.m, a.v, a.var, a.lr, 0.9, 0.999, 1e-7,
+                                            &ws, &ex),
               ACLNN_SUCCESS);  // index values are data: checked in phase two
     std::vector<char> buf(ws);
     expect_refused(aclnnLazyAdam(buf.data(), ws, ex, nullptr), ACLNN_ERR_PARAM_INVALID,
@@ -584,7 +638,8 @@ TEST(LazyAdamAclnn, WorkspaceAndStreamChecks) {
   expect_refused(aclnnLazyAdam(buf.data(), ws - 1, ex, nullptr), ACLNN_ERR_PARAM_INVALID,
                  {"workspaceSize = " + std::to_string(ws - 1), std::to_string(ws)});
   ASSERT_EQ(a.phase_one(&ws, &ex), ACLNN_SUCCESS);
-  expect_refused(aclnnLazyAdam(nullptr, ws, ex, nullptr), ACLNN_ERR_PARAM_NULLPTR, {"workspace is null"});
+  expect_refused(aclnnLazyAdam(nullptr, ws, ex, nullptr), ACLNN_ERR_PARAM_NULLPTR,
+                 {"workspace is null"});
   aclrtStream dead = nullptr;
   ASSERT_EQ(aclrtCreateStream(&dead), ACL_SUCCESS);
   ASSERT_EQ(aclrtDestroyStream(dead), ACL_SUCCESS);
@@ -626,7 +681,9 @@ TEST(LazyAdamAclnn, EmptyBatchNeedsNoWorkspace) {
   aclTensor *l = aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr);
   uint64_t ws = 123;
   aclOpExecutor *ex = nullptr;
-  ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(g, i, m, v, w, l, 0.9, 0.999, 1e-7, &ws, &ex), ACLNN_SUCCESS) << last_message();
+  ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(g, i, m, v, w, l, 0.9, 0.999, 1e-7, &ws, &ex),
+            ACLNN_SUCCESS)
+      << last_message();
   EXPECT_EQ(ws, 0u);
   EXPECT_EQ(aclnnLazyAdam(nullptr, 0, ex, nullptr), ACLNN_SUCCESS);
   EXPECT_TRUE(std::all_of(table.begin(), table.end(), [](float x) { return x == 1.0f; }));

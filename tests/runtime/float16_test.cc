@@ -35,7 +35,8 @@ TEST(Float16, EveryHalfRoundTripsThroughFloat) {
 TEST(Float16, RoundsToNearestEvenAtEveryMidpoint) {
   // Midpoints between consecutive finite halves (positive side), exact in float.
   for (uint32_t h = 0; h < 0x7bff; ++h) {
-    const double lo = half_value(static_cast<uint16_t>(h)), hi = half_value(static_cast<uint16_t>(h + 1));
+    const double lo = half_value(static_cast<uint16_t>(h)),
+                 hi = half_value(static_cast<uint16_t>(h + 1));
     const float mid = static_cast<float>((lo + hi) / 2);
     ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2);
     const uint16_t want = (h % 2 == 0) ? static_cast<uint16_t>(h) : static_cast<uint16_t>(h + 1);
@@ -58,14 +59,19 @@ TEST(BFloat16, RoundsToNearestEven) {
     for (uint32_t lo : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
       const float f = std::bit_cast<float>((hi << 16) | lo);
       const double below = fusekit::bf16_bits_to_float(static_cast<uint16_t>(hi));
-      // The next bfloat16 up; past the largest finite one that is 2^128 (where rounding goes to Inf).
-      const double above = hi + 1 == 0x7f80 ? std::ldexp(1.0, 128)
-                                            : fusekit::bf16_bits_to_float(static_cast<uint16_t>(hi + 1));
+      // The next bfloat16 up; past the largest finite one that is 2^128 (where rounding goes to
+      // Inf).
+      const double above = hi + 1 == 0x7f80
+                               ? std::ldexp(1.0, 128)
+                               : fusekit::bf16_bits_to_float(static_cast<uint16_t>(hi + 1));
       const double x = f;
       uint32_t want;
-      if (x - below < above - x) want = hi;
-      else if (x - below > above - x) want = hi + 1;
-      else want = (hi % 2 == 0) ? hi : hi + 1;
+      if (x - below < above - x)
+        want = hi;
+      else if (x - below > above - x)
+        want = hi + 1;
+      else
+        want = (hi % 2 == 0) ? hi : hi + 1;
       ASSERT_EQ(fusekit::float_to_bf16_bits(f), want) << std::hex << ((hi << 16) | lo);
     }
   }

@@ -25,7 +25,8 @@ TEST(Runtime, InitDeviceAndFinalize) {
 }
 
 TEST(Runtime, StreamsWorkAsUniquePtrs) {
-  using StreamPtr = std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
+  using StreamPtr =
+      std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
   aclrtStream raw = nullptr;
   ASSERT_EQ(aclrtCreateStream(&raw), ACL_SUCCESS);
   ASSERT_NE(raw, nullptr);
@@ -102,7 +103,8 @@ TEST(Runtime, MemcpyAllFourKindsAndLimits) {
   EXPECT_NE(aclrtMemcpy(dst.data(), 10, src.data(), 11, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
   EXPECT_NE(std::string(aclGetRecentErrMsg()).find("destMax = 10"), std::string::npos);
   EXPECT_EQ(dst[0], 0xee);  // nothing copied on failure
-  EXPECT_NE(aclrtMemcpy(dst.data(), 10, src.data(), 1, static_cast<aclrtMemcpyKind>(42)), ACL_SUCCESS);
+  EXPECT_NE(aclrtMemcpy(dst.data(), 10, src.data(), 1, static_cast<aclrtMemcpyKind>(42)),
+            ACL_SUCCESS);
 }
 
 TEST(Runtime, MessagesAreThreadLocal) {
@@ -120,10 +122,12 @@ TEST(Runtime, MessagesAreThreadLocal) {
 TEST(Tensor, CreateContiguousAndStrided) {
   std::vector<float> storage(4 * 10, 0.f);
   const int64_t dims[2] = {4, 8}, strides[2] = {10, 1}, sdims[2] = {4, 10};
-  aclTensor *t = aclCreateTensor(dims, 2, ACL_FLOAT, strides, 1, ACL_FORMAT_ND, sdims, 2, storage.data());
+  aclTensor *t =
+      aclCreateTensor(dims, 2, ACL_FLOAT, strides, 1, ACL_FORMAT_ND, sdims, 2, storage.data());
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(aclDestroyTensor(t), ACLNN_SUCCESS);
-  aclTensor *c = aclCreateTensor(dims, 2, aclDataType::ACL_FLOAT, nullptr, 0, aclFormat::ACL_FORMAT_ND, dims, 2, storage.data());
+  aclTensor *c = aclCreateTensor(dims, 2, aclDataType::ACL_FLOAT, nullptr, 0,
+                                 aclFormat::ACL_FORMAT_ND, dims, 2, storage.data());
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(aclDestroyTensor(c), ACLNN_SUCCESS);
   EXPECT_EQ(aclDestroyTensor(nullptr), ACLNN_SUCCESS);
@@ -133,13 +137,19 @@ TEST(Tensor, RefusesViewsOutsideTheirStorage) {
   std::vector<float> storage(40, 0.f);
   const int64_t dims[2] = {4, 8}, strides[2] = {10, 1}, sdims[2] = {4, 10};
   // Offset 3 puts the last element at 3 + 30 + 7 = 40: one past the storage.
-  EXPECT_EQ(aclCreateTensor(dims, 2, ACL_FLOAT, strides, 3, ACL_FORMAT_ND, sdims, 2, storage.data()), nullptr);
+  EXPECT_EQ(
+      aclCreateTensor(dims, 2, ACL_FLOAT, strides, 3, ACL_FORMAT_ND, sdims, 2, storage.data()),
+      nullptr);
   EXPECT_NE(std::string(aclGetRecentErrMsg()).find("past its storage"), std::string::npos);
   const int64_t neg[2] = {-1, 8};
-  EXPECT_EQ(aclCreateTensor(neg, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, sdims, 2, storage.data()), nullptr);
+  EXPECT_EQ(aclCreateTensor(neg, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, sdims, 2, storage.data()),
+            nullptr);
   const int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-  EXPECT_EQ(aclCreateTensor(nine, 9, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, nine, 9, storage.data()), nullptr);
-  EXPECT_EQ(aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, -1, ACL_FORMAT_ND, sdims, 2, storage.data()), nullptr);
+  EXPECT_EQ(aclCreateTensor(nine, 9, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, nine, 9, storage.data()),
+            nullptr);
+  EXPECT_EQ(
+      aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, -1, ACL_FORMAT_ND, sdims, 2, storage.data()),
+      nullptr);
 }
 
 TEST(Executor, PhaseTwoRefusesNullExecutor) {

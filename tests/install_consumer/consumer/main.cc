@@ -14,15 +14,21 @@ int main() {
   std::vector<int32_t> idx = {1};
   float lr = 0.5f;
   const int64_t gdims[2] = {1, 2}, idims[1] = {1}, tdims[2] = {2, 2}, ldims[1] = {1};
-  aclTensor *g = aclCreateTensor(gdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gdims, 2, grad.data());
-  aclTensor *i = aclCreateTensor(idims, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, idims, 1, idx.data());
-  aclTensor *tm = aclCreateTensor(tdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, tdims, 2, m.data());
-  aclTensor *tv = aclCreateTensor(tdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, tdims, 2, v.data());
-  aclTensor *tw = aclCreateTensor(tdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, tdims, 2, var.data());
+  aclTensor *g =
+      aclCreateTensor(gdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gdims, 2, grad.data());
+  aclTensor *i =
+      aclCreateTensor(idims, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, idims, 1, idx.data());
+  aclTensor *tm =
+      aclCreateTensor(tdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, tdims, 2, m.data());
+  aclTensor *tv =
+      aclCreateTensor(tdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, tdims, 2, v.data());
+  aclTensor *tw =
+      aclCreateTensor(tdims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, tdims, 2, var.data());
   aclTensor *tl = aclCreateTensor(ldims, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ldims, 1, &lr);
   uint64_t ws = 0;
   aclOpExecutor *ex = nullptr;
-  if (aclnnLazyAdamGetWorkspaceSize(g, i, tm, tv, tw, tl, 0.9, 0.999, 1e-7, &ws, &ex) != ACLNN_SUCCESS) {
+  if (aclnnLazyAdamGetWorkspaceSize(g, i, tm, tv, tw, tl, 0.9, 0.999, 1e-7, &ws, &ex) !=
+      ACLNN_SUCCESS) {
     std::printf("phase one failed: %s\n", aclGetRecentErrMsg());
     return 1;
   }
@@ -38,9 +44,10 @@ int main() {
 
   using fusekit::TensorView;
   fusekit::LazyAdamStats stats;
-  fusekit::Status st = fusekit::lazy_adam_step(TensorView::of(grad.data(), {1, 2}), TensorView::of(idx.data(), {1}),
-                                               TensorView::of(m.data(), {2, 2}), TensorView::of(v.data(), {2, 2}),
-                                               TensorView::of(var.data(), {2, 2}), 0.5f, {}, &stats);
+  fusekit::Status st =
+      fusekit::lazy_adam_step(TensorView::of(grad.data(), {1, 2}), TensorView::of(idx.data(), {1}),
+                              TensorView::of(m.data(), {2, 2}), TensorView::of(v.data(), {2, 2}),
+                              TensorView::of(var.data(), {2, 2}), 0.5f, {}, &stats);
   if (!st.ok() || stats.rows_updated != 1) {
     std::printf("C++ API failed: %s\n", st.message().c_str());
     return 1;
