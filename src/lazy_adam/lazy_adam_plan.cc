@@ -126,6 +126,13 @@ Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, con
   FUSEKIT_RETURN_IF_ERROR(check_float_table(m, "inputM"));
   FUSEKIT_RETURN_IF_ERROR(check_float_table(v, "inputV"));
   FUSEKIT_RETURN_IF_ERROR(check_float_table(var, "inputVar"));
+  // The tables are written: two of their rows must not share elements.
+  for (const auto &[t, name] : {std::pair{&m, "inputM"}, std::pair{&v, "inputV"}, std::pair{&var, "inputVar"}}) {
+    if (t->shape[0] > 1 && t->shape[1] > 0 && t->strides[0] < t->shape[1]) {
+      return Status::Invalid(str_cat(kOp, ": ", name, " has row stride ", t->strides[0], " < ", t->shape[1],
+                                     " columns: its rows overlap"));
+    }
+  }
   if (indices.dtype != DType::kInt32 && indices.dtype != DType::kInt64) {
     return Status::Invalid(str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype),
                                    "; int32 or int64 is required"));
