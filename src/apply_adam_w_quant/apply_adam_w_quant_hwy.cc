@@ -15,8 +15,13 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
@@ -273,7 +278,199 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   return skipped;
 }
 
+// ---- AVX-512 with VBMI: no gathers for the dequantization ------------------------------------
+// The two 256-float maps are split into four byte planes each (byte p of every entry's bits: 256
+// bytes, four registers); one code vector of 64 bytes is looked up in each plane with two
+// two-register byte permutes (`vpermt2b`, 7-bit index) and a blend on the code's top bit, and the
+// four planes are interleaved back into floats with unpacks. The unpacks interleave within 128-bit
+// lanes, so the codes are first permuted (a 4x4 transpose of their dwords) to make the floats come
+// out in element order. Full blocks only; a partial last block runs the generic kernel.
+#undef FUSEKIT_AWQ_FAST
+#undef FUSEKIT_AWQ_VBMI
+#if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && HWY_ARCH_X86
+// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized flags.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define FUSEKIT_AWQ_FAST 1
+#define FUSEKIT_AWQ_VBMI __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
+
+struct BytePlanes {
+  __m512i lo[4][2];  // plane p, entries 0..63 and 64..127
+  __m512i hi[4][2];  // entries 128..191 and 192..255
+};
+
+FUSEKIT_AWQ_VBMI inline void MakePlanes(const float *q, BytePlanes *bp) {
+  alignas(64) uint8_t bytes[4][256];
+  for (int i = 0; i < 256; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, q + i, 4);
+    for (int p = 0; p < 4; ++p) bytes[p][i] = static_cast<uint8_t>(bits >> (8 * p));
+  }
+  for (int p = 0; p < 4; ++p) {
+    bp->lo[p][0] = _mm512_load_si512(bytes[p]);
+    bp->lo[p][1] = _mm512_load_si512(bytes[p] + 64);
+    bp->hi[p][0] = _mm512_load_si512(bytes[p] + 128);
+    bp->hi[p][1] = _mm512_load_si512(bytes[p] + 192);
+  }
+}
+
+// q[code] for 64 codes, as four vectors of 16 floats in element order.
+FUSEKIT_AWQ_VBMI HWY_INLINE void Dequant64(const BytePlanes &bp, __m512i codes, __m512 out[4]) {
+  const __m512i c = _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), codes);
+  const __mmask64 top = _mm512_movepi8_mask(c);
+  __m512i p[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m512i l = _mm512_permutex2var_epi8(bp.lo[k][0], c, bp.lo[k][1]);
+    const __m512i h = _mm512_permutex2var_epi8(bp.hi[k][0], c, bp.hi[k][1]);
+    p[k] = _mm512_mask_blend_epi8(top, l, h);
+  }
+  const __m512i lo01 = _mm512_unpacklo_epi8(p[0], p[1]), hi01 = _mm512_unpackhi_epi8(p[0], p[1]);
+  const __m512i lo23 = _mm512_unpacklo_epi8(p[2], p[3]), hi23 = _mm512_unpackhi_epi8(p[2], p[3]);
+  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(lo01, lo23));
+  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(lo01, lo23));
+  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(hi01, hi23));
+  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(hi01, hi23));
+}
+
+// True when a full block's gradient is finite (on the storage bits: exponent not all ones).
+FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float *g) {
+  __m512i acc = _mm512_setzero_si512();
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  for (int j = 0; j < kBlock; j += 16) acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(g + j), abs_mask));
+  return _mm512_cmpge_epu32_mask(acc, _mm512_set1_epi32(0x7f800000)) == 0;
+}
+FUSEKIT_AWQ_VBMI HWY_INLINE bool Finite16(const void *g, int exp_all_ones) {
+  __m512i acc = _mm512_setzero_si512();
+  const __m512i abs_mask = _mm512_set1_epi16(0x7fff);
+  const auto *p = static_cast<const uint16_t *>(g);
+  for (int j = 0; j < kBlock; j += 32) acc = _mm512_max_epu16(acc, _mm512_and_si512(_mm512_loadu_si512(p + j), abs_mask));
+  return _mm512_cmpge_epu16_mask(acc, _mm512_set1_epi16(static_cast<int16_t>(exp_all_ones))) == 0;
+}
+FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const bfloat16_t *g) { return Finite16(g, 0x7f80); }
+FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float16_t *g) { return Finite16(g, 0x7c00); }
+
+// The packed-table code of x = m * recip (see PackedCodesApprox) and whether any lane is unsure.
+FUSEKIT_AWQ_VBMI HWY_INLINE __m512i PackedApprox(const uint32_t *packed, __m512 x, __mmask16 *unsure) {
+  x = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x);
+  x = _mm512_add_ps(x, _mm512_setzero_ps());
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i key = _mm512_xor_si512(bits, _mm512_or_si512(_mm512_srai_epi32(bits, 31), _mm512_set1_epi32(INT32_MIN)));
+  const __m512i e = _mm512_i32gather_epi32(_mm512_srli_epi32(key, 16), packed, 4);
+  const __m512i low = _mm512_and_si512(key, _mm512_set1_epi32(0xffff));
+  const __m512i thr_low = _mm512_srli_epi32(e, 16);
+  const __mmask16 near = _mm512_cmplt_epu32_mask(
+      _mm512_add_epi32(_mm512_sub_epi32(low, thr_low), _mm512_set1_epi32(kMargin)), _mm512_set1_epi32(2 * kMargin + 1));
+  const __mmask16 edge = _mm512_cmplt_epu32_mask(
+      _mm512_and_si512(_mm512_add_epi32(low, _mm512_set1_epi32(kMargin + 1)), _mm512_set1_epi32(0xffff)),
+      _mm512_set1_epi32(2 * kMargin + 2));
+  *unsure = near | edge;
+  const __mmask16 above = _mm512_cmpge_epi32_mask(low, thr_low);
+  return _mm512_and_si512(_mm512_mask_srli_epi32(e, above, e, 8), _mm512_set1_epi32(0xff));
+}
+
+template <typename T>
+FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  BytePlanes pm, pv;
+  MakePlanes(a.map_m.q, &pm);
+  MakePlanes(a.map_v.q, &pv);
+  const __m512 vb1 = _mm512_set1_ps(a.beta1), vb2 = _mm512_set1_ps(a.beta2);
+  const __m512 vomb1 = _mm512_set1_ps(a.one_minus_beta1), vomb2 = _mm512_set1_ps(a.one_minus_beta2);
+  const __m512 vgs = _mm512_set1_ps(a.gnorm_scale), vstep = _mm512_set1_ps(a.step_size);
+  const __m512 veps = _mm512_set1_ps(a.eps_c2s), vdecay = _mm512_set1_ps(a.decay);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  alignas(64) float m_new[kBlock];
+  alignas(64) float v_new[kBlock];
+  int64_t skipped = 0;
+  for (int64_t b = begin; b < end; ++b) {
+    const int64_t lo = b * kBlock;
+    if (lo + kBlock > a.n) {
+      skipped += QuantBlocks<T>(a, b, b + 1);
+      continue;
+    }
+    if (!BlockFinite(grad + lo)) {
+      ++skipped;
+      continue;
+    }
+    float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
+    const __m512 vscale_m = _mm512_set1_ps(*absmax_m), vscale_v = _mm512_set1_ps(*absmax_v);
+    __m512i acc_m = _mm512_setzero_si512();
+    __m512 acc_v = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j0 = 0; j0 < kBlock; j0 += 64) {
+      __m512 qm[4], qv[4];
+      Dequant64(pm, _mm512_loadu_si512(a.m + lo + j0), qm);
+      Dequant64(pv, _mm512_loadu_si512(a.v + lo + j0), qv);
+      for (int k = 0; k < 4; ++k) {
+        const int64_t j = j0 + 16 * k, i = lo + j;
+        const __m512 g = _mm512_mul_ps(LoadWide(df, grad + i).raw, vgs);
+        __m512 m = _mm512_mul_ps(qm[k], vscale_m);
+        __m512 v = _mm512_mul_ps(qv[k], vscale_v);
+        m = _mm512_add_ps(_mm512_mul_ps(m, vb1), _mm512_mul_ps(g, vomb1));
+        v = _mm512_add_ps(_mm512_mul_ps(v, vb2), _mm512_mul_ps(_mm512_mul_ps(g, g), vomb2));
+        __m512 w = LoadWide(df, var + i).raw;
+        w = _mm512_add_ps(w, _mm512_div_ps(_mm512_mul_ps(m, vstep), _mm512_add_ps(_mm512_sqrt_ps(v), veps)));
+        if (a.apply_decay) w = _mm512_mul_ps(w, vdecay);
+        StoreNarrow(df, hn::Vec512<float>{w}, var + i);
+        _mm512_store_ps(m_new + j, m);
+        _mm512_store_ps(v_new + j, v);
+        acc_m = _mm512_max_epu32(acc_m, _mm512_and_si512(_mm512_castps_si512(m), abs_mask));
+        acc_v = _mm512_max_ps(v, acc_v);
+      }
+    }
+    // |m| as unsigned bits orders like the floats (NaN above all); v's maximum as the generic kernel.
+    float max_m;
+    {
+      const uint32_t mb = _mm512_reduce_max_epu32(acc_m);
+      std::memcpy(&max_m, &mb, 4);
+    }
+    float max_v = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_v}));
+    max_m = max_m + 0.0f;
+    max_v = max_v + 0.0f;
+    *absmax_m = max_m;
+    *absmax_v = max_v;
+    const float div_m = max_m == 0.0f ? 1.0f : max_m;
+    const float div_v = max_v == 0.0f ? 1.0f : max_v;
+    const bool recip_m = recip_ok(a.map_m, div_m), recip_v = recip_ok(a.map_v, div_v);
+    const __m512 vdiv_m = _mm512_set1_ps(div_m), vdiv_v = _mm512_set1_ps(div_v);
+    const __m512 vrecip_m = _mm512_set1_ps(1.0f / div_m), vrecip_v = _mm512_set1_ps(1.0f / div_v);
+    for (int64_t j = 0; j < kBlock; j += 16) {
+      const __m512 m = _mm512_load_ps(m_new + j), v = _mm512_load_ps(v_new + j);
+      __m512i cm, cv;
+      __mmask16 um = 1, uv = 1;
+      if (recip_m) cm = PackedApprox(a.map_m.packed, _mm512_mul_ps(m, vrecip_m), &um);
+      if (um) cm = Codes(df, a.map_m, hn::Vec512<float>{_mm512_div_ps(m, vdiv_m)}).raw;
+      if (recip_v) cv = PackedApprox(a.map_v.packed, _mm512_mul_ps(v, vrecip_v), &uv);
+      if (uv) cv = Codes(df, a.map_v, hn::Vec512<float>{_mm512_div_ps(v, vdiv_v)}).raw;
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(a.m + lo + j), _mm512_cvtepi32_epi8(cm));
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(a.v + lo + j), _mm512_cvtepi32_epi8(cv));
+    }
+  }
+  return skipped;
+}
+
+inline bool HaveVbmi() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+#pragma GCC diagnostic pop
+#else
+#define FUSEKIT_AWQ_FAST 0
+#endif
+
 int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+#if FUSEKIT_AWQ_FAST
+  if (HaveVbmi()) {
+    switch (a.dtype) {
+      case DType::kFloat16: return FastBlocks<float16_t>(a, begin, end);
+      case DType::kBFloat16: return FastBlocks<bfloat16_t>(a, begin, end);
+      default: return FastBlocks<float>(a, begin, end);
+    }
+  }
+#endif
   switch (a.dtype) {
     case DType::kFloat16: return QuantBlocks<float16_t>(a, begin, end);
     case DType::kBFloat16: return QuantBlocks<bfloat16_t>(a, begin, end);
