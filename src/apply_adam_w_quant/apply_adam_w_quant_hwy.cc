@@ -381,7 +381,6 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
   const __m512 vomb1 = _mm512_set1_ps(a.one_minus_beta1), vomb2 = _mm512_set1_ps(a.one_minus_beta2);
   const __m512 vgs = _mm512_set1_ps(a.gnorm_scale), vstep = _mm512_set1_ps(a.step_size);
   const __m512 veps = _mm512_set1_ps(a.eps_c2s), vdecay = _mm512_set1_ps(a.decay);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   alignas(64) float m_new[kBlock];
   alignas(64) float v_new[kBlock];
   int64_t skipped = 0;
@@ -398,7 +397,7 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
     float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const __m512 vscale_m = _mm512_set1_ps(*absmax_m), vscale_v = _mm512_set1_ps(*absmax_v);
-    __m512i acc_m = _mm512_setzero_si512();
+    __m512 acc_m = _mm512_setzero_ps();
     __m512 acc_v = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int64_t j0 = 0; j0 < kBlock; j0 += 64) {
       __m512 qm[4], qv[4];
@@ -417,16 +416,11 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
         StoreNarrow(df, hn::Vec512<float>{w}, var + i);
         _mm512_store_ps(m_new + j, m);
         _mm512_store_ps(v_new + j, v);
-        acc_m = _mm512_max_epu32(acc_m, _mm512_and_si512(_mm512_castps_si512(m), abs_mask));
+        acc_m = _mm512_max_ps(_mm512_abs_ps(m), acc_m);
         acc_v = _mm512_max_ps(v, acc_v);
       }
     }
-    // |m| as unsigned bits orders like the floats (NaN above all); v's maximum as the generic kernel.
-    float max_m;
-    {
-      const uint32_t mb = _mm512_reduce_max_epu32(acc_m);
-      std::memcpy(&max_m, &mb, 4);
-    }
+    float max_m = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_m}));
     float max_v = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_v}));
     max_m = max_m + 0.0f;
     max_v = max_v + 0.0f;
