@@ -53,7 +53,9 @@ struct Data {
   Shape s;
   DeviceBuffer m, v, var, grad, idx;
   std::vector<int32_t> sorted_idx;
-  explicit Data(Shape sh)
+  // unique: a permutation of the rows, cut (gen_data.py); otherwise drawn with replacement, as a
+  // batch that was not deduplicated (about 13% repeats at the seed's shape).
+  explicit Data(Shape sh, bool unique = true)
       : s(sh),
         m(static_cast<size_t>(sh.rows * sh.dim) * 4),
         v(static_cast<size_t>(sh.rows * sh.dim) * 4),
@@ -71,6 +73,10 @@ struct Data {
     for (int64_t i = 0; i < sh.n; ++i) {
       std::uniform_int_distribution<int64_t> d(i, sh.rows - 1);
       std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(d(rng))]);
+    }
+    if (!unique) {
+      std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(sh.rows - 1));
+      for (int64_t i = 0; i < sh.n; ++i) perm[static_cast<size_t>(i)] = any(rng);
     }
     std::memcpy(idx.ptr, perm.data(), static_cast<size_t>(sh.n) * 4);
     sorted_idx.assign(perm.begin(), perm.begin() + sh.n);
@@ -156,6 +162,30 @@ void BM_LazyAdam(benchmark::State &state) {
                  " D=" + std::to_string(d.s.dim));
 }
 
+// A batch with repeated rows takes the grouping path (radix sort by row, sorted walk).
+void BM_LazyAdamWithRepeats(benchmark::State &state) {
+  const Data d(shape_for(state.range(0)), false);
+  fusekit::LazyAdam plan;
+  const auto st = fusekit::LazyAdam::plan(
+      TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}), TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
+      TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}), TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
+      TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), {}, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+  std::vector<double> t_op;
+  for (auto _ : state) {
+    const double t = seconds_of([&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
+    t_op.push_back(t);
+    state.SetIterationTime(t);
+  }
+  fusekit::bench::report_bandwidth_seconds(state, d.bytes(), fusekit::bench::median_of(t_op));
+  state.SetLabel("R=" + std::to_string(d.s.rows) + " N=" + std::to_string(d.s.n) + " D=" + std::to_string(d.s.dim) +
+                 " drawn with replacement");
+}
+
 void BM_CopyBandwidth(benchmark::State &state) {
   for (auto _ : state) benchmark::DoNotOptimize(fusekit::bench::copy_bandwidth());
   state.counters["copy_GB/s"] = fusekit::bench::copy_bandwidth() * 1e-9;
@@ -171,6 +201,12 @@ BENCHMARK(BM_LazyAdam)
     ->Arg(64)
     ->Arg(128)
     ->Arg(256)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(15);
+BENCHMARK(BM_LazyAdamWithRepeats)
+    ->ArgName("D")
+    ->Arg(32)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(15);

@@ -54,7 +54,7 @@ size_t align_up(size_t n) {
 // The workspace: entries and their sort buffer, the sort's histograms, one gradient row of
 // scratch per thread.
 struct WorkspaceLayout {
-  size_t entries = 0, entries_tmp = 0, hist = 0, scratch = 0, scratch_per_thread = 0;
+  size_t entries = 0, entries_tmp = 0, hist = 0, scratch = 0, scratch_per_thread = 0, lead = 0;
   size_t bitmap = 0, bitmap_bytes = 0, total = 0;
 };
 
@@ -78,6 +78,8 @@ WorkspaceLayout layout_for(int64_t n, int64_t d, int64_t rows, int threads) {
   off += align_up(static_cast<size_t>(n) * sizeof(uint64_t));
   w.hist = off;
   off += align_up(radix_sort_scratch_bytes(threads));
+  w.lead = off;
+  off += align_up(static_cast<size_t>(n) * sizeof(uint32_t));
   w.scratch = off;
   w.scratch_per_thread = align_up(static_cast<size_t>(std::max<int64_t>(d, 1)) * sizeof(float));
   off += w.scratch_per_thread * static_cast<size_t>(threads);
@@ -300,9 +302,35 @@ Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamS
   const uint64_t *ordered = entries;
   int64_t end = n;
   if (duplicates != 0) {
-    ordered = radix_sort_u64(entries, entries_tmp, n, 32, bits_for(static_cast<uint64_t>(rows)),
-                             hist, threads_);
+    const uint64_t *sorted = radix_sort_u64(entries, entries_tmp, n, 32,
+                                            bits_for(static_cast<uint64_t>(rows)), hist, threads_);
     end = n - padding;
+    // Put the groups back in batch order, each at the position of its first occurrence, so that
+    // the table is walked as in the unique case; only the repeats' gradient rows are extra reads.
+    // lead[p] = size of the group whose first occurrence is position p, then its output offset.
+    auto *lead = reinterpret_cast<uint32_t *>(base + w.lead);
+    uint64_t *out = sorted == entries ? entries_tmp : entries;
+    std::memset(lead, 0, static_cast<size_t>(n) * sizeof(uint32_t));
+    for (int64_t k = 0; k < end;) {
+      int64_t e = k + 1;
+      while (e < end && (sorted[e] >> 32) == (sorted[k] >> 32)) ++e;
+      lead[sorted[k] & 0xffffffffu] = static_cast<uint32_t>(e - k);
+      k = e;
+    }
+    uint32_t offset = 0;
+    for (int64_t p = 0; p < n; ++p) {
+      const uint32_t size = lead[p];
+      lead[p] = offset;
+      offset += size;
+    }
+    for (int64_t k = 0; k < end;) {
+      uint64_t *dst = out + lead[sorted[k] & 0xffffffffu];
+      const uint64_t row = sorted[k] >> 32;
+      do {
+        *dst++ = sorted[k++];
+      } while (k < end && (sorted[k] >> 32) == row);
+    }
+    ordered = out;
   }
   timer.stage(duplicates != 0 ? "group" : "group(none)");
 
