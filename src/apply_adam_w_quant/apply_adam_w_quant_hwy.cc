@@ -369,6 +369,122 @@ FUSEKIT_AWQ_VBMI HWY_INLINE __m512i PackedApprox(const uint32_t *packed, __m512 
   return _mm512_and_si512(_mm512_mask_srli_epi32(e, above, e, 8), _mm512_set1_epi32(0xff));
 }
 
+// The count of thresholds <= x by an 8-level branch-free binary search with the thresholds held in
+// registers. The path is kept bit-reversed (level l's outcome in bit l - 1), so that it indexes the
+// next level's table directly: level l's table lists, for each path r of l - 1 bits, the threshold
+// that search compares next (levels 2-5: one 16-float register, one permute; level 6: two registers;
+// 7 and 8: four and eight registers, two and four permutes and blends on the outcomes of levels 6
+// and 7, which are bits 5 and 6 of the path). After 8 levels the path is the count bit-reversed; a
+// byte table maps it to the code (first[count]). NaN thresholds (past the distinct values) fail
+// every comparison, as in the reference search.
+struct SearchTables {
+  float t1;
+  __m512 t2, t3, t4, t5, t6[2], t7[4], t8[8];
+  __m512i code[4];  // code of path r (bytes), r = 0..255
+};
+
+inline int BitReverse8(int r) {
+  int c = 0;
+  for (int l = 0; l < 8; ++l) c |= ((r >> l) & 1) << (7 - l);
+  return c;
+}
+
+FUSEKIT_AWQ_VBMI inline void MakeSearch(const QuantMapTables &t, SearchTables *s) {
+  alignas(64) float lv[9][128];
+  for (int l = 1; l <= 8; ++l) {
+    for (int r = 0; r < 128; ++r) {
+      float th = 0.0f;
+      if (r < (1 << (l - 1))) {
+        int c = 0;  // the count so far: bit l' - 1 of r is the outcome of level l' (weight 2^(8 - l'))
+        for (int k = 1; k < l; ++k) c += ((r >> (k - 1)) & 1) << (8 - k);
+        th = t.thr[c + (1 << (8 - l)) - 1];
+      }
+      lv[l][r] = th;
+    }
+  }
+  s->t1 = lv[1][0];
+  s->t2 = _mm512_load_ps(lv[2]);
+  s->t3 = _mm512_load_ps(lv[3]);
+  s->t4 = _mm512_load_ps(lv[4]);
+  s->t5 = _mm512_load_ps(lv[5]);
+  for (int k = 0; k < 2; ++k) s->t6[k] = _mm512_load_ps(lv[6] + 16 * k);
+  for (int k = 0; k < 4; ++k) s->t7[k] = _mm512_load_ps(lv[7] + 16 * k);
+  for (int k = 0; k < 8; ++k) s->t8[k] = _mm512_load_ps(lv[8] + 16 * k);
+  alignas(64) uint8_t code[256];
+  for (int r = 0; r < 256; ++r) code[r] = static_cast<uint8_t>(t.first[BitReverse8(r)]);
+  for (int k = 0; k < 4; ++k) s->code[k] = _mm512_load_si512(code + 64 * k);
+}
+
+// Bit-reversed counts of 4 x 16 values (NaN taken as 0).
+FUSEKIT_AWQ_VBMI HWY_INLINE void Search4(const SearchTables &s, const __m512 xin[4], __m512i r[4]) {
+  __m512 x[4];
+  __mmask16 k6[4], k7[4];
+  for (int j = 0; j < 4; ++j) {
+    x[j] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xin[j], xin[j], _CMP_ORD_Q), xin[j]);
+    r[j] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x[j], _mm512_set1_ps(s.t1), _CMP_GE_OQ), _mm512_set1_epi32(1));
+  }
+#define FUSEKIT_AWQ_LEVEL(T, BIT)                                                                         \
+  for (int j = 0; j < 4; ++j) {                                                                          \
+    const __mmask16 k = _mm512_cmp_ps_mask(x[j], _mm512_permutexvar_ps(r[j], T), _CMP_GE_OQ);             \
+    r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(BIT));                                   \
+  }
+  FUSEKIT_AWQ_LEVEL(s.t2, 2)
+  FUSEKIT_AWQ_LEVEL(s.t3, 4)
+  FUSEKIT_AWQ_LEVEL(s.t4, 8)
+  FUSEKIT_AWQ_LEVEL(s.t5, 16)
+#undef FUSEKIT_AWQ_LEVEL
+  for (int j = 0; j < 4; ++j) {
+    k6[j] = _mm512_cmp_ps_mask(x[j], _mm512_permutex2var_ps(s.t6[0], r[j], s.t6[1]), _CMP_GE_OQ);
+    r[j] = _mm512_mask_or_epi32(r[j], k6[j], r[j], _mm512_set1_epi32(32));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 a = _mm512_permutex2var_ps(s.t7[0], r[j], s.t7[1]);
+    const __m512 b = _mm512_permutex2var_ps(s.t7[2], r[j], s.t7[3]);
+    k7[j] = _mm512_cmp_ps_mask(x[j], _mm512_mask_blend_ps(k6[j], a, b), _CMP_GE_OQ);
+    r[j] = _mm512_mask_or_epi32(r[j], k7[j], r[j], _mm512_set1_epi32(64));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 a = _mm512_permutex2var_ps(s.t8[0], r[j], s.t8[1]);
+    const __m512 b = _mm512_permutex2var_ps(s.t8[2], r[j], s.t8[3]);
+    const __m512 c = _mm512_permutex2var_ps(s.t8[4], r[j], s.t8[5]);
+    const __m512 d = _mm512_permutex2var_ps(s.t8[6], r[j], s.t8[7]);
+    const __m512 th = _mm512_mask_blend_ps(k7[j], _mm512_mask_blend_ps(k6[j], a, b), _mm512_mask_blend_ps(k6[j], c, d));
+    const __mmask16 k = _mm512_cmp_ps_mask(x[j], th, _CMP_GE_OQ);
+    r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(128));
+  }
+}
+
+// 4 x 16 bit-reversed counts (0..255) to 64 code bytes in element order.
+FUSEKIT_AWQ_VBMI HWY_INLINE __m512i PathsToCodes(const SearchTables &s, const __m512i r[4]) {
+  const __m512i p01 = _mm512_packus_epi32(r[0], r[1]), p23 = _mm512_packus_epi32(r[2], r[3]);
+  const __m512i b = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                                             _mm512_packus_epi16(p01, p23));
+  const __m512i lo = _mm512_permutex2var_epi8(s.code[0], b, s.code[1]);
+  const __m512i hi = _mm512_permutex2var_epi8(s.code[2], b, s.code[3]);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), lo, hi);
+}
+
+// A full block's codes of x = moment / div: the in-register search, or (maps where the sign fix
+// can act) the generic search per vector.
+template <class DF>
+FUSEKIT_AWQ_VBMI HWY_INLINE void QuantCodes(DF df, const QuantMapTables &t, const SearchTables &s, const float *mom,
+                                            __m512 vdiv, uint8_t *out) {
+  if (!t.sign_fix) {
+    for (int j0 = 0; j0 < kBlock; j0 += 64) {
+      __m512 x[4];
+      __m512i r[4];
+      for (int k = 0; k < 4; ++k) x[k] = _mm512_div_ps(_mm512_load_ps(mom + j0 + 16 * k), vdiv);
+      Search4(s, x, r);
+      _mm512_storeu_si512(out + j0, PathsToCodes(s, r));
+    }
+  } else {
+    for (int j = 0; j < kBlock; j += 16) {
+      const __m512i c = Codes(df, t, hn::Vec512<float>{_mm512_div_ps(_mm512_load_ps(mom + j), vdiv)}).raw;
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi32_epi8(c));
+    }
+  }
+}
+
 template <typename T>
 FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
@@ -377,6 +493,9 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
   BytePlanes pm, pv;
   MakePlanes(a.map_m.q, &pm);
   MakePlanes(a.map_v.q, &pv);
+  SearchTables search_m, search_v;
+  MakeSearch(a.map_m, &search_m);
+  MakeSearch(a.map_v, &search_v);
   const __m512 vb1 = _mm512_set1_ps(a.beta1), vb2 = _mm512_set1_ps(a.beta2);
   const __m512 vomb1 = _mm512_set1_ps(a.one_minus_beta1), vomb2 = _mm512_set1_ps(a.one_minus_beta2);
   const __m512 vgs = _mm512_set1_ps(a.gnorm_scale), vstep = _mm512_set1_ps(a.step_size);
@@ -428,20 +547,9 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
     *absmax_v = max_v;
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
     const float div_v = max_v == 0.0f ? 1.0f : max_v;
-    const bool recip_m = recip_ok(a.map_m, div_m), recip_v = recip_ok(a.map_v, div_v);
     const __m512 vdiv_m = _mm512_set1_ps(div_m), vdiv_v = _mm512_set1_ps(div_v);
-    const __m512 vrecip_m = _mm512_set1_ps(1.0f / div_m), vrecip_v = _mm512_set1_ps(1.0f / div_v);
-    for (int64_t j = 0; j < kBlock; j += 16) {
-      const __m512 m = _mm512_load_ps(m_new + j), v = _mm512_load_ps(v_new + j);
-      __m512i cm, cv;
-      __mmask16 um = 1, uv = 1;
-      if (recip_m) cm = PackedApprox(a.map_m.packed, _mm512_mul_ps(m, vrecip_m), &um);
-      if (um) cm = Codes(df, a.map_m, hn::Vec512<float>{_mm512_div_ps(m, vdiv_m)}).raw;
-      if (recip_v) cv = PackedApprox(a.map_v.packed, _mm512_mul_ps(v, vrecip_v), &uv);
-      if (uv) cv = Codes(df, a.map_v, hn::Vec512<float>{_mm512_div_ps(v, vdiv_v)}).raw;
-      _mm_storeu_si128(reinterpret_cast<__m128i *>(a.m + lo + j), _mm512_cvtepi32_epi8(cm));
-      _mm_storeu_si128(reinterpret_cast<__m128i *>(a.v + lo + j), _mm512_cvtepi32_epi8(cv));
-    }
+    QuantCodes(df, a.map_m, search_m, m_new, vdiv_m, a.m + lo);
+    QuantCodes(df, a.map_v, search_v, v_new, vdiv_v, a.v + lo);
   }
   return skipped;
 }
