@@ -277,6 +277,23 @@ TEST(AddLora, RanksAndTileEdges) {
   }
 }
 
+// H1 longer than the prefill shrink's k-chunk (512 columns at R = 128, 1024 at R = 64), so the
+// partial sums are carried through t between chunks, with a ragged last chunk.
+TEST(AddLora, LongRowsAcrossShrinkChunks) {
+  for (int64_t r : {64, 128}) {
+    Problem p;
+    p.R = r;
+    p.B = 14;
+    p.H1 = r == 64 ? 2100 : 1100;
+    p.H2 = 70;
+    p.H3 = 70;
+    p.W = 1;
+    p.scale = 0.25;
+    p.seed = static_cast<uint64_t>(200 + r);
+    check_all(p, ("long rows, rank " + std::to_string(r)).c_str());
+  }
+}
+
 TEST(AddLora, ThousandsOfRowsFewAdapters) {
   Problem p;
   p.B = 2000;
@@ -498,7 +515,7 @@ TEST(AddLora, EverySimdTarget) {
 TEST(AddLora, BitwiseEqualOverThreadCounts) {
   Problem p;
   p.B = 150;
-  p.H1 = 200;
+  p.H1 = 1100;  // two shrink k-chunks at R = 64
   p.H2 = 300;
   p.H3 = 310;
   p.y_offset = 5;
