@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "acl/acl.h"
@@ -539,6 +540,36 @@ TEST(AddLora, BitwiseEqualOverThreadCounts) {
       EXPECT_TRUE(results[0] == results[1]) << dtype_name(dt) << " " << k.name << ": 1 vs 2 threads";
       EXPECT_TRUE(results[0] == results[2]) << dtype_name(dt) << " " << k.name << ": 1 vs 4 threads";
     }
+  }
+}
+
+// Two calls at the same time from two threads (two executors on two streams) give what each
+// gives alone.
+TEST(AddLora, ConcurrentCallsFromTwoThreads) {
+  Problem p;
+  p.B = 64;
+  p.H1 = 96;
+  p.H2 = 80;
+  p.H3 = 80;
+  p.R = 16;
+  p.W = 3;
+  Data alone[2] = {make(p), make(p)};
+  p.seed = 2;
+  alone[1] = make(p);
+  p.seed = 1;
+  Data together[2] = {make(p), make(p)};
+  p.seed = 2;
+  together[1] = make(p);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(run(alone[i], options_for(alone[i].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)).ok());
+  Status st[2];
+  std::thread t0([&] { st[0] = run(together[0], options_for(together[0].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)); });
+  std::thread t1([&] { st[1] = run(together[1], options_for(together[1].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)); });
+  t0.join();
+  t1.join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(st[i].ok()) << st[i].message();
+    EXPECT_TRUE(together[i].out == alone[i].out) << "call " << i;
+    EXPECT_EQ(check(together[i], "concurrent"), 0);
   }
 }
 
