@@ -146,9 +146,12 @@ void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64
 // continuing from the partial sums already in t when `accumulate`. xp holds the kMR rows of this
 // k-range in chunks of kXChunk columns (xp[((k / kXChunk) * kMR + m) * kXChunk + k % kXChunk]), so
 // that within a chunk the broadcasts are fixed offsets of one pointer.
-template <int NV>
+// `next` (kMR row pointers at column k0, or null) are the next block's rows of x: one cache line
+// of each is prefetched (to L2) every 64 bytes of k, spread over the tile's FMAs.
+template <int NV, typename T>
 HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t kn, const float *HWY_RESTRICT at, int64_t ts,
-                           int64_t r0, float *const *tr, int nrows, bool accumulate) {
+                           int64_t r0, float *const *tr, int nrows, bool accumulate, const T *const *next) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[kMR][NV];
@@ -159,6 +162,9 @@ HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t kn, const float
   for (int64_t c0 = 0; c0 < kn; c0 += kXChunk, xp += kMR * kXChunk) {
     const int64_t cn = std::min(kXChunk, kn - c0);
     for (int64_t kk = 0; kk < cn; ++kk, a += ts) {
+      if (next != nullptr && kk % kLine == 0) {
+        for (int m = 0; m < kMR; ++m) __builtin_prefetch(next[m] + c0 + kk, 0, 2);
+      }
       VF bv[NV];
       for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, a + v * N);
       for (int m = 0; m < kMR; ++m) {
@@ -336,15 +342,23 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
               continue;
             }
             PackXBlock(xr, k0, kn, buf);
+            // The next block's rows (the item's last block: none), prefetched during the first tile.
+            const T *next[kMR];
+            const bool has_next = blk + 1 < b_hi;
+            for (int m = 0; m < kMR && has_next; ++m) {
+              const int64_t k = g0 + (blk + 1) * kMR + std::min<int64_t>(m, n - (blk + 1) * kMR - 1);
+              next[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride + k0;
+            }
             const float *at = s.a_panel + k0 * ts;
             for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
               const int64_t r0 = v0 * N;
+              const T *const *pf = has_next && v0 == 0 ? next : nullptr;
               switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
-                case 1: ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
-                case 2: ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
+                case 1: ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
+                case 2: ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
 #if HWY_TARGET <= HWY_AVX3
-                case 3: ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
-                case 4: ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0); break;
+                case 3: ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
+                case 4: ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
 #endif
                 default: break;
               }
