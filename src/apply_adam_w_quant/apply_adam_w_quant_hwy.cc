@@ -415,39 +415,42 @@ FUSEKIT_AWQ_VBMI inline void MakeSearch(const QuantMapTables &t, SearchTables *s
   for (int k = 0; k < 4; ++k) s->code[k] = _mm512_load_si512(code + 64 * k);
 }
 
-// Bit-reversed counts of 4 x 16 values (NaN taken as 0).
-FUSEKIT_AWQ_VBMI HWY_INLINE void Search4(const SearchTables &s, const __m512 xin[4], __m512i r[4]) {
-  __m512 x[4];
-  __mmask16 k6[4], k7[4];
-  for (int j = 0; j < 4; ++j) {
+// Bit-reversed counts of NV x 16 values (NaN taken as 0), vector j searched in *s[j]. The levels
+// are a chain of dependent permutes and comparisons, so many independent vectors go through each
+// level together.
+template <int NV>
+FUSEKIT_AWQ_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const __m512 xin[NV], __m512i r[NV]) {
+  __m512 x[NV];
+  __mmask16 k6[NV], k7[NV];
+  for (int j = 0; j < NV; ++j) {
     x[j] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xin[j], xin[j], _CMP_ORD_Q), xin[j]);
-    r[j] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x[j], _mm512_set1_ps(s.t1), _CMP_GE_OQ), _mm512_set1_epi32(1));
+    r[j] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x[j], _mm512_set1_ps(s[j]->t1), _CMP_GE_OQ), _mm512_set1_epi32(1));
   }
 #define FUSEKIT_AWQ_LEVEL(T, BIT)                                                                         \
-  for (int j = 0; j < 4; ++j) {                                                                          \
-    const __mmask16 k = _mm512_cmp_ps_mask(x[j], _mm512_permutexvar_ps(r[j], T), _CMP_GE_OQ);             \
+  for (int j = 0; j < NV; ++j) {                                                                         \
+    const __mmask16 k = _mm512_cmp_ps_mask(x[j], _mm512_permutexvar_ps(r[j], s[j]->T), _CMP_GE_OQ);       \
     r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(BIT));                                   \
   }
-  FUSEKIT_AWQ_LEVEL(s.t2, 2)
-  FUSEKIT_AWQ_LEVEL(s.t3, 4)
-  FUSEKIT_AWQ_LEVEL(s.t4, 8)
-  FUSEKIT_AWQ_LEVEL(s.t5, 16)
+  FUSEKIT_AWQ_LEVEL(t2, 2)
+  FUSEKIT_AWQ_LEVEL(t3, 4)
+  FUSEKIT_AWQ_LEVEL(t4, 8)
+  FUSEKIT_AWQ_LEVEL(t5, 16)
 #undef FUSEKIT_AWQ_LEVEL
-  for (int j = 0; j < 4; ++j) {
-    k6[j] = _mm512_cmp_ps_mask(x[j], _mm512_permutex2var_ps(s.t6[0], r[j], s.t6[1]), _CMP_GE_OQ);
+  for (int j = 0; j < NV; ++j) {
+    k6[j] = _mm512_cmp_ps_mask(x[j], _mm512_permutex2var_ps(s[j]->t6[0], r[j], s[j]->t6[1]), _CMP_GE_OQ);
     r[j] = _mm512_mask_or_epi32(r[j], k6[j], r[j], _mm512_set1_epi32(32));
   }
-  for (int j = 0; j < 4; ++j) {
-    const __m512 a = _mm512_permutex2var_ps(s.t7[0], r[j], s.t7[1]);
-    const __m512 b = _mm512_permutex2var_ps(s.t7[2], r[j], s.t7[3]);
+  for (int j = 0; j < NV; ++j) {
+    const __m512 a = _mm512_permutex2var_ps(s[j]->t7[0], r[j], s[j]->t7[1]);
+    const __m512 b = _mm512_permutex2var_ps(s[j]->t7[2], r[j], s[j]->t7[3]);
     k7[j] = _mm512_cmp_ps_mask(x[j], _mm512_mask_blend_ps(k6[j], a, b), _CMP_GE_OQ);
     r[j] = _mm512_mask_or_epi32(r[j], k7[j], r[j], _mm512_set1_epi32(64));
   }
-  for (int j = 0; j < 4; ++j) {
-    const __m512 a = _mm512_permutex2var_ps(s.t8[0], r[j], s.t8[1]);
-    const __m512 b = _mm512_permutex2var_ps(s.t8[2], r[j], s.t8[3]);
-    const __m512 c = _mm512_permutex2var_ps(s.t8[4], r[j], s.t8[5]);
-    const __m512 d = _mm512_permutex2var_ps(s.t8[6], r[j], s.t8[7]);
+  for (int j = 0; j < NV; ++j) {
+    const __m512 a = _mm512_permutex2var_ps(s[j]->t8[0], r[j], s[j]->t8[1]);
+    const __m512 b = _mm512_permutex2var_ps(s[j]->t8[2], r[j], s[j]->t8[3]);
+    const __m512 c = _mm512_permutex2var_ps(s[j]->t8[4], r[j], s[j]->t8[5]);
+    const __m512 d = _mm512_permutex2var_ps(s[j]->t8[6], r[j], s[j]->t8[7]);
     const __m512 th = _mm512_mask_blend_ps(k7[j], _mm512_mask_blend_ps(k6[j], a, b), _mm512_mask_blend_ps(k6[j], c, d));
     const __mmask16 k = _mm512_cmp_ps_mask(x[j], th, _CMP_GE_OQ);
     r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(128));
@@ -464,24 +467,44 @@ FUSEKIT_AWQ_VBMI HWY_INLINE __m512i PathsToCodes(const SearchTables &s, const __
   return _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), lo, hi);
 }
 
-// A full block's codes of x = moment / div: the in-register search, or (maps where the sign fix
-// can act) the generic search per vector.
+// A full block's codes of x = moment / div for both maps: the in-register search, both maps'
+// vectors together; a map where the sign fix can act takes the generic search per vector.
 template <class DF>
-FUSEKIT_AWQ_VBMI HWY_INLINE void QuantCodes(DF df, const QuantMapTables &t, const SearchTables &s, const float *mom,
-                                            __m512 vdiv, uint8_t *out) {
-  if (!t.sign_fix) {
+FUSEKIT_AWQ_VBMI HWY_INLINE void GenericCodes(DF df, const QuantMapTables &t, const float *mom, __m512 vdiv,
+                                              uint8_t *out) {
+  for (int j = 0; j < kBlock; j += 16) {
+    const __m512i c = Codes(df, t, hn::Vec512<float>{_mm512_div_ps(_mm512_load_ps(mom + j), vdiv)}).raw;
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi32_epi8(c));
+  }
+}
+
+template <class DF>
+FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes2(DF df, const AdamWQuantArgs &a, const SearchTables &sm,
+                                             const SearchTables &sv, const float *m_new, const float *v_new,
+                                             __m512 vdiv_m, __m512 vdiv_v, int64_t lo) {
+  if (a.map_m.sign_fix) {
+    GenericCodes(df, a.map_m, m_new, vdiv_m, a.m + lo);
     for (int j0 = 0; j0 < kBlock; j0 += 64) {
+      const SearchTables *s[4] = {&sv, &sv, &sv, &sv};
       __m512 x[4];
       __m512i r[4];
-      for (int k = 0; k < 4; ++k) x[k] = _mm512_div_ps(_mm512_load_ps(mom + j0 + 16 * k), vdiv);
-      Search4(s, x, r);
-      _mm512_storeu_si512(out + j0, PathsToCodes(s, r));
+      for (int k = 0; k < 4; ++k) x[k] = _mm512_div_ps(_mm512_load_ps(v_new + j0 + 16 * k), vdiv_v);
+      SearchN<4>(s, x, r);
+      _mm512_storeu_si512(a.v + lo + j0, PathsToCodes(sv, r));
     }
-  } else {
-    for (int j = 0; j < kBlock; j += 16) {
-      const __m512i c = Codes(df, t, hn::Vec512<float>{_mm512_div_ps(_mm512_load_ps(mom + j), vdiv)}).raw;
-      _mm_storeu_si128(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi32_epi8(c));
+    return;
+  }
+  for (int j0 = 0; j0 < kBlock; j0 += 64) {
+    const SearchTables *s[8] = {&sm, &sm, &sm, &sm, &sv, &sv, &sv, &sv};
+    __m512 x[8];
+    __m512i r[8];
+    for (int k = 0; k < 4; ++k) {
+      x[k] = _mm512_div_ps(_mm512_load_ps(m_new + j0 + 16 * k), vdiv_m);
+      x[4 + k] = _mm512_div_ps(_mm512_load_ps(v_new + j0 + 16 * k), vdiv_v);
     }
+    SearchN<8>(s, x, r);
+    _mm512_storeu_si512(a.m + lo + j0, PathsToCodes(sm, r));
+    _mm512_storeu_si512(a.v + lo + j0, PathsToCodes(sv, r + 4));
   }
 }
 
@@ -548,8 +571,7 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
     const float div_v = max_v == 0.0f ? 1.0f : max_v;
     const __m512 vdiv_m = _mm512_set1_ps(div_m), vdiv_v = _mm512_set1_ps(div_v);
-    QuantCodes(df, a.map_m, search_m, m_new, vdiv_m, a.m + lo);
-    QuantCodes(df, a.map_v, search_v, v_new, vdiv_v, a.v + lo);
+    BlockCodes2(df, a, search_m, search_v, m_new, v_new, vdiv_m, vdiv_v, lo);
   }
   return skipped;
 }
