@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -508,6 +509,171 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes2(DF df, const AdamWQuantArgs &a, con
   }
 }
 
+// ---- the nearest code by a 16-bit search (maps whose thresholds lie in distinct buckets) --------
+// When no two thresholds share the top 16 bits of their monotone key (the condition of the packed
+// table: it holds for the dynamic and linspace maps), the count of thresholds <= x is
+//   c0 + [x >= thr[c0]],   c0 = #{k : hi16(key(thr[k])) < hi16(key(x))}
+// (thresholds below c0 lie in lower buckets, so below x; those above c0 in higher buckets, so above
+// x; only thr[c0] can share x's bucket and is compared in full). c0 is found by the same bit-reversed
+// binary search as above on 16-bit lanes, 32 values per vector, and thr[c0] is fetched from byte
+// planes like the dequantization; -0 is taken as +0 (keys and the comparison agree then).
+struct Search16Tables {
+  __m512i t1;                          // level 1, broadcast
+  __m512i t2, t3, t4, t5, t6, t7[2], t8[4];  // 16-bit entries by bit-reversed path
+  BytePlanes thr;                      // thr[bitrev(r)] by path r (NaN past the thresholds)
+  __m512i code0[4], code1[4];          // first[bitrev(r)], first[bitrev(r) + 1]
+};
+
+inline uint32_t BucketKey(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint32_t key = float_key(bits);
+  return key == 0x7fffffffu ? 0x80000000u : key;  // -0 as +0
+}
+
+// False when two thresholds share a bucket or the sign fix can act (then the 32-bit search runs).
+FUSEKIT_AWQ_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Tables *s) {
+  if (t.sign_fix) return false;
+  const int d = t.distinct - 1;  // real thresholds
+  alignas(64) uint16_t h[256];
+  for (int k = 0; k < 256; ++k) h[k] = k < d ? static_cast<uint16_t>(BucketKey(t.thr[k]) >> 16) : 0xffff;
+  for (int k = 1; k < d; ++k) {
+    if (h[k] == h[k - 1]) return false;
+  }
+  alignas(64) uint16_t lv[9][128];
+  for (int l = 1; l <= 8; ++l) {
+    for (int r = 0; r < 128; ++r) {
+      uint16_t th = 0xffff;
+      if (r < (1 << (l - 1))) {
+        int c = 0;
+        for (int k = 1; k < l; ++k) c += ((r >> (k - 1)) & 1) << (8 - k);
+        th = h[c + (1 << (8 - l)) - 1];
+      }
+      lv[l][r] = th;
+    }
+  }
+  s->t1 = _mm512_set1_epi16(static_cast<int16_t>(lv[1][0]));
+  s->t2 = _mm512_load_si512(lv[2]);
+  s->t3 = _mm512_load_si512(lv[3]);
+  s->t4 = _mm512_load_si512(lv[4]);
+  s->t5 = _mm512_load_si512(lv[5]);
+  s->t6 = _mm512_load_si512(lv[6]);
+  for (int k = 0; k < 2; ++k) s->t7[k] = _mm512_load_si512(lv[7] + 32 * k);
+  for (int k = 0; k < 4; ++k) s->t8[k] = _mm512_load_si512(lv[8] + 32 * k);
+  alignas(64) float thr_rev[256];
+  alignas(64) uint8_t c0[256], c1[256];
+  for (int r = 0; r < 256; ++r) {
+    const int c = BitReverse8(r);
+    thr_rev[r] = t.thr[c];
+    c0[r] = static_cast<uint8_t>(t.first[c]);
+    c1[r] = static_cast<uint8_t>(t.first[std::min(c + 1, 255)]);
+  }
+  MakePlanes(thr_rev, &s->thr);
+  for (int k = 0; k < 4; ++k) {
+    s->code0[k] = _mm512_load_si512(c0 + 64 * k);
+    s->code1[k] = _mm512_load_si512(c1 + 64 * k);
+  }
+  return true;
+}
+
+// Bit-reversed c0 of NV x 32 bucket numbers (16-bit), vector j searched in *s[j].
+template <int NV>
+FUSEKIT_AWQ_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], const __m512i h[NV], __m512i r[NV]) {
+  __mmask32 k6[NV], k7[NV];
+  for (int j = 0; j < NV; ++j) {
+    r[j] = _mm512_maskz_mov_epi16(_mm512_cmpgt_epu16_mask(h[j], s[j]->t1), _mm512_set1_epi16(1));
+  }
+#define FUSEKIT_AWQ_LEVEL16(T, BIT)                                                                      \
+  for (int j = 0; j < NV; ++j) {                                                                         \
+    const __mmask32 k = _mm512_cmpgt_epu16_mask(h[j], _mm512_permutexvar_epi16(r[j], s[j]->T));           \
+    r[j] = _mm512_mask_add_epi16(r[j], k, r[j], _mm512_set1_epi16(BIT));                                  \
+  }
+  FUSEKIT_AWQ_LEVEL16(t2, 2)
+  FUSEKIT_AWQ_LEVEL16(t3, 4)
+  FUSEKIT_AWQ_LEVEL16(t4, 8)
+  FUSEKIT_AWQ_LEVEL16(t5, 16)
+  for (int j = 0; j < NV; ++j) {
+    k6[j] = _mm512_cmpgt_epu16_mask(h[j], _mm512_permutexvar_epi16(r[j], s[j]->t6));
+    r[j] = _mm512_mask_add_epi16(r[j], k6[j], r[j], _mm512_set1_epi16(32));
+  }
+#undef FUSEKIT_AWQ_LEVEL16
+  for (int j = 0; j < NV; ++j) {
+    k7[j] = _mm512_cmpgt_epu16_mask(h[j], _mm512_permutex2var_epi16(s[j]->t7[0], r[j], s[j]->t7[1]));
+    r[j] = _mm512_mask_add_epi16(r[j], k7[j], r[j], _mm512_set1_epi16(64));
+  }
+  for (int j = 0; j < NV; ++j) {
+    const __m512i a = _mm512_permutex2var_epi16(s[j]->t8[0], r[j], s[j]->t8[1]);
+    const __m512i b = _mm512_permutex2var_epi16(s[j]->t8[2], r[j], s[j]->t8[3]);
+    const __mmask32 k = _mm512_cmpgt_epu16_mask(h[j], _mm512_mask_blend_epi16(k7[j], a, b));
+    r[j] = _mm512_mask_add_epi16(r[j], k, r[j], _mm512_set1_epi16(128));
+  }
+  (void)k6;
+}
+
+// A full block's codes for both maps by the 16-bit search; x (the quotients, NaN and -0 as +0)
+// overwrite the moments in mom_m / mom_v.
+FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Search16Tables &sv, float *mom_m,
+                                              float *mom_v, __m512 vdiv_m, __m512 vdiv_v, uint8_t *out_m,
+                                              uint8_t *out_v) {
+  alignas(64) uint16_t hb[2][kBlock];
+  alignas(64) uint8_t rb[2][kBlock];
+  // NaN, +-0 to +0; others kept (vfixupimmps responses: 8 = +0, 1 = the source).
+  const __m512i fix = _mm512_set1_epi32(0x11111888);
+  const __m512i hi_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
+                                             0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
+                                             0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
+  float *mom[2] = {mom_m, mom_v};
+  const __m512 vdiv[2] = {vdiv_m, vdiv_v};
+  for (int p = 0; p < 2; ++p) {
+    for (int j = 0; j < kBlock; j += 32) {
+      __m512i key[2];
+      for (int k = 0; k < 2; ++k) {
+        __m512 x = _mm512_div_ps(_mm512_load_ps(mom[p] + j + 16 * k), vdiv[p]);
+        x = _mm512_fixupimm_ps(x, x, fix, 0);
+        _mm512_store_ps(mom[p] + j + 16 * k, x);
+        const __m512i bits = _mm512_castps_si512(x);
+        key[k] = _mm512_ternarylogic_epi32(bits, _mm512_srai_epi32(bits, 31), _mm512_set1_epi32(INT32_MIN), 0x1e);
+      }
+      _mm512_store_si512(hb[p] + j, _mm512_permutex2var_epi16(key[0], hi_words, key[1]));
+    }
+  }
+  const __m512i qorder = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int j0 = 0; j0 < kBlock; j0 += 128) {
+    const Search16Tables *s[8] = {&sm, &sm, &sm, &sm, &sv, &sv, &sv, &sv};
+    __m512i h[8], r[8];
+    for (int k = 0; k < 4; ++k) {
+      h[k] = _mm512_load_si512(hb[0] + j0 + 32 * k);
+      h[4 + k] = _mm512_load_si512(hb[1] + j0 + 32 * k);
+    }
+    Search16N<8>(s, h, r);
+    for (int p = 0; p < 2; ++p) {
+      for (int k = 0; k < 2; ++k) {
+        const __m512i b = _mm512_packus_epi16(r[4 * p + 2 * k], r[4 * p + 2 * k + 1]);
+        _mm512_store_si512(rb[p] + j0 + 64 * k, _mm512_permutexvar_epi64(qorder, b));
+      }
+    }
+  }
+  const Search16Tables *st[2] = {&sm, &sv};
+  uint8_t *out[2] = {out_m, out_v};
+  for (int p = 0; p < 2; ++p) {
+    const Search16Tables &s = *st[p];
+    for (int j0 = 0; j0 < kBlock; j0 += 64) {
+      const __m512i r = _mm512_load_si512(rb[p] + j0);
+      __m512 th[4];
+      Dequant64(s.thr, r, th);
+      __mmask16 ge[4];
+      for (int k = 0; k < 4; ++k) ge[k] = _mm512_cmp_ps_mask(_mm512_load_ps(mom[p] + j0 + 16 * k), th[k], _CMP_GE_OQ);
+      const __mmask64 up = _mm512_kunpackd(_mm512_kunpackw(ge[3], ge[2]), _mm512_kunpackw(ge[1], ge[0]));
+      const __mmask64 top = _mm512_movepi8_mask(r);
+      const __m512i c0 = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
+                                                _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
+      const __m512i c1 = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
+                                                _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
+      _mm512_storeu_si512(out[p] + j0, _mm512_mask_blend_epi8(up, c0, c1));
+    }
+  }
+}
+
 template <typename T>
 FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
@@ -519,6 +685,8 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
   SearchTables search_m, search_v;
   MakeSearch(a.map_m, &search_m);
   MakeSearch(a.map_v, &search_v);
+  Search16Tables s16_m, s16_v;
+  const bool use16 = MakeSearch16(a.map_m, &s16_m) && MakeSearch16(a.map_v, &s16_v) && std::getenv("AWQ_NO16") == nullptr;
   const __m512 vb1 = _mm512_set1_ps(a.beta1), vb2 = _mm512_set1_ps(a.beta2);
   const __m512 vomb1 = _mm512_set1_ps(a.one_minus_beta1), vomb2 = _mm512_set1_ps(a.one_minus_beta2);
   const __m512 vgs = _mm512_set1_ps(a.gnorm_scale), vstep = _mm512_set1_ps(a.step_size);
@@ -571,7 +739,11 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
     const float div_v = max_v == 0.0f ? 1.0f : max_v;
     const __m512 vdiv_m = _mm512_set1_ps(div_m), vdiv_v = _mm512_set1_ps(div_v);
-    BlockCodes2(df, a, search_m, search_v, m_new, v_new, vdiv_m, vdiv_v, lo);
+    if (use16) {
+      BlockCodes16(s16_m, s16_v, m_new, v_new, vdiv_m, vdiv_v, a.m + lo, a.v + lo);
+    } else {
+      BlockCodes2(df, a, search_m, search_v, m_new, v_new, vdiv_m, vdiv_v, lo);
+    }
   }
   return skipped;
 }
