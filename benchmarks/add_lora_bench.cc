@@ -35,7 +35,8 @@ void fill_random(DeviceBuffer &buf, DType dt, int64_t n, float amp, uint64_t see
     if (dt == DType::kFloat32) {
       buf.as<float>()[i] = v;
     } else {
-      buf.as<uint16_t>()[i] = dt == DType::kFloat16 ? fusekit::float_to_half_bits(v) : fusekit::float_to_bf16_bits(v);
+      buf.as<uint16_t>()[i] =
+          dt == DType::kFloat16 ? fusekit::float_to_half_bits(v) : fusekit::float_to_bf16_bits(v);
     }
   }
 }
@@ -78,16 +79,22 @@ struct Setup {
       const auto st = AddLora::plan(vy, TensorView::contiguous(x.ptr, p.dt, {p.b, p.h}),
                                     TensorView::contiguous(wb.ptr, p.dt, {p.w, p.layers, p.h, p.r}),
                                     TensorView::contiguous(idx.ptr, DType::kInt32, {p.b}),
-                                    TensorView::contiguous(wa.ptr, p.dt, {p.w, p.layers, p.r, p.h}), vy, o, &plan);
+                                    TensorView::contiguous(wa.ptr, p.dt, {p.w, p.layers, p.r, p.h}),
+                                    vy, o, &plan);
       if (!st.ok()) return;
       plans.push_back(plan);
       ws_bytes = std::max(ws_bytes, plan.workspace_size());
     }
   }
-  double flops() const { return 2.0 * static_cast<double>(p.b * p.r) * static_cast<double>(2 * p.h); }
-  double weight_bytes() const { return static_cast<double>(p.w * 2 * p.r * p.h) * static_cast<double>(es); }
+  double flops() const {
+    return 2.0 * static_cast<double>(p.b * p.r) * static_cast<double>(2 * p.h);
+  }
+  double weight_bytes() const {
+    return static_cast<double>(p.w * 2 * p.r * p.h) * static_cast<double>(es);
+  }
   double bytes() const {
-    return static_cast<double>(3 * p.b * p.h) * static_cast<double>(es) + weight_bytes() + 4.0 * static_cast<double>(p.b);
+    return static_cast<double>(3 * p.b * p.h) * static_cast<double>(es) + weight_bytes() +
+           4.0 * static_cast<double>(p.b);
   }
 };
 
@@ -115,25 +122,42 @@ void run_and_report(benchmark::State &state, Setup &s, bool decode) {
     fusekit::bench::report_flops(state, s.flops());
   }
   state.counters["floor_us"] = floor_s * 1e6;
-  state.counters["of_roofline"] = benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(fusekit::dtype_name(s.p.dt)) + " B=" + std::to_string(s.p.b) + " W=" +
-                 std::to_string(s.p.w) + " H=" + std::to_string(s.p.h) + " R=" + std::to_string(s.p.r) + " " +
-                 AddLora::optimized_target() + (floor_s == s.flops() / peak ? " compute-bound" : " memory-bound"));
+  state.counters["of_roofline"] =
+      benchmark::Counter(floor_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(fusekit::dtype_name(s.p.dt)) + " B=" + std::to_string(s.p.b) +
+                 " W=" + std::to_string(s.p.w) + " H=" + std::to_string(s.p.h) +
+                 " R=" + std::to_string(s.p.r) + " " + AddLora::optimized_target() +
+                 (floor_s == s.flops() / peak ? " compute-bound" : " memory-bound"));
 }
 
-DType dtype_arg(int64_t v) { return v == 0 ? DType::kFloat16 : v == 1 ? DType::kBFloat16 : DType::kFloat32; }
+DType dtype_arg(int64_t v) {
+  return v == 0 ? DType::kFloat16 : v == 1 ? DType::kBFloat16 : DType::kFloat32;
+}
 
 void BM_AddLoraPrefill(benchmark::State &state) {
   Setup s({4096, 4096, state.range(0), 4, 1, dtype_arg(state.range(1))});
   run_and_report(state, s, false);
 }
-BENCHMARK(BM_AddLoraPrefill)->ArgNames({"R", "dtype"})->Args({16, 0})->Args({64, 0})->Args({64, 1})->Args({64, 2})
-    ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_AddLoraPrefill)
+    ->ArgNames({"R", "dtype"})
+    ->Args({16, 0})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->Args({64, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5);
 
 void BM_AddLoraDecode(benchmark::State &state) {
   Setup s({32, 4096, 16, 32, 8, dtype_arg(state.range(0))});
   run_and_report(state, s, true);
 }
-BENCHMARK(BM_AddLoraDecode)->ArgNames({"dtype"})->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+BENCHMARK(BM_AddLoraDecode)
+    ->ArgNames({"dtype"})
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.5);
 
 }  // namespace

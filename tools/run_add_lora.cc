@@ -20,25 +20,29 @@ struct DeviceTensor {
   aclTensor *tensor = nullptr;
 };
 
-DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt, size_t esize) {
+DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt,
+                    size_t esize) {
   size_t n = 1;
   for (int64_t s : shape) n *= static_cast<size_t>(s);
-  if (host.size() != n * esize) die("input size " + std::to_string(host.size()) + " does not match its shape");
+  if (host.size() != n * esize)
+    die("input size " + std::to_string(host.size()) + " does not match its shape");
   DeviceTensor t;
   t.bytes = host.size();
-  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
+    die(aclGetRecentErrMsg());
   if (aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
     die(aclGetRecentErrMsg());
   }
-  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(), shape.size(),
-                             t.ptr);
+  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND,
+                             shape.data(), shape.size(), t.ptr);
   if (t.tensor == nullptr) die(aclGetRecentErrMsg());
   return t;
 }
 
 std::vector<char> download(const DeviceTensor &t) {
   std::vector<char> host(t.bytes);
-  if (aclrtMemcpy(host.data(), host.size(), t.ptr, t.bytes, ACL_MEMCPY_DEVICE_TO_HOST) != ACL_SUCCESS) {
+  if (aclrtMemcpy(host.data(), host.size(), t.ptr, t.bytes, ACL_MEMCPY_DEVICE_TO_HOST) !=
+      ACL_SUCCESS) {
     die(aclGetRecentErrMsg());
   }
   return host;
@@ -50,10 +54,13 @@ int main(int argc, char **argv) {
   if (argc != 2) die("usage: run_add_lora <dir>");
   const std::string dir = argv[1];
   fusekit::tools::Params p(dir + "/params.txt");
-  const int64_t B = p.integer("B"), H1 = p.integer("H1"), H2 = p.integer("H2"), H3 = p.integer("H3");
+  const int64_t B = p.integer("B"), H1 = p.integer("H1"), H2 = p.integer("H2"),
+                H3 = p.integer("H3");
   const int64_t R = p.integer("R"), W = p.integer("W"), L = p.integer("L");
   const std::string dtype = p.str("dtype");
-  const aclDataType dt = dtype == "float16" ? ACL_FLOAT16 : dtype == "bfloat16" ? ACL_BF16 : ACL_FLOAT;
+  const aclDataType dt = dtype == "float16"    ? ACL_FLOAT16
+                         : dtype == "bfloat16" ? ACL_BF16
+                                               : ACL_FLOAT;
   const size_t es = dt == ACL_FLOAT ? 4 : 2;
   if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
   aclrtStream stream = nullptr;
@@ -65,19 +72,21 @@ int main(int argc, char **argv) {
   DeviceTensor wa = upload(fusekit::tools::read_bin(in + "weightA.bin"), {W, L, R, H1}, dt, es);
   DeviceTensor wb = upload(fusekit::tools::read_bin(in + "weightB.bin"), {W, L, H2, R}, dt, es);
   DeviceTensor idx = upload(fusekit::tools::read_bin(in + "indices.bin"), {B}, ACL_INT32, 4);
-  DeviceTensor out = upload(std::vector<char>(static_cast<size_t>(B * H3) * es, static_cast<char>(0xff)), {B, H3}, dt,
-                            es);  // NaN everywhere: an unwritten element fails the check
+  DeviceTensor out = upload(
+      std::vector<char>(static_cast<size_t>(B * H3) * es, static_cast<char>(0xff)), {B, H3}, dt,
+      es);  // NaN everywhere: an unwritten element fails the check
 
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t ws_size = 0;
   aclOpExecutor *executor = nullptr;
-  if (aclnnAddLoraGetWorkspaceSize(y.tensor, x.tensor, wb.tensor, idx.tensor, wa.tensor, p.integer("layer"),
-                                   p.num("scale"), p.integer("y_offset"), -1, out.tensor, &ws_size,
-                                   &executor) != ACLNN_SUCCESS) {
+  if (aclnnAddLoraGetWorkspaceSize(y.tensor, x.tensor, wb.tensor, idx.tensor, wa.tensor,
+                                   p.integer("layer"), p.num("scale"), p.integer("y_offset"), -1,
+                                   out.tensor, &ws_size, &executor) != ACLNN_SUCCESS) {
     die(aclGetRecentErrMsg());
   }
   void *ws = nullptr;
-  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
+    die(aclGetRecentErrMsg());
   const auto t1 = std::chrono::steady_clock::now();
   if (aclnnAddLora(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
   if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
@@ -88,18 +97,21 @@ int main(int argc, char **argv) {
   fusekit::tools::write_bin(dir + "/output/y.bin", y_host.data(), y_host.size());
 
   const double run_s = std::chrono::duration<double>(t2 - t1).count();
-  const double flops = 2.0 * static_cast<double>(B) * static_cast<double>(R) * static_cast<double>(H1 + H2);
+  const double flops =
+      2.0 * static_cast<double>(B) * static_cast<double>(R) * static_cast<double>(H1 + H2);
   char time_ms[32], rate[32], plan_ms[32];
   std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
-  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", std::chrono::duration<double>(t1 - t0).count() * 1e3);
+  std::snprintf(plan_ms, sizeof plan_ms, "%.3f",
+                std::chrono::duration<double>(t1 - t0).count() * 1e3);
   std::snprintf(rate, sizeof rate, "%.2f GFLOP/s", flops / run_s * 1e-9);
-  fusekit::tools::write_stats(dir, {{"time_ms", time_ms},
-                                    {"phase_one_ms", plan_ms},
-                                    {"rate", rate},
-                                    {"shape", "B=" + std::to_string(B) + " H1=" + std::to_string(H1) + " H2=" +
-                                                  std::to_string(H2) + " R=" + std::to_string(R) + " W=" +
-                                                  std::to_string(W) + " " + dtype},
-                                    {"workspace_bytes", std::to_string(ws_size)}});
+  fusekit::tools::write_stats(
+      dir, {{"time_ms", time_ms},
+            {"phase_one_ms", plan_ms},
+            {"rate", rate},
+            {"shape", "B=" + std::to_string(B) + " H1=" + std::to_string(H1) +
+                          " H2=" + std::to_string(H2) + " R=" + std::to_string(R) +
+                          " W=" + std::to_string(W) + " " + dtype},
+            {"workspace_bytes", std::to_string(ws_size)}});
   for (auto *t : {&x, &y, &wa, &wb, &idx, &out}) {
     aclDestroyTensor(t->tensor);
     aclrtFree(t->ptr);

@@ -28,7 +28,8 @@
     printf(message, ##__VA_ARGS__); \
   } while (0)
 
-using StreamPtr = std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
+using StreamPtr =
+    std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
 using DeviceMemPtr = std::unique_ptr<void, decltype(&aclrtFree)>;
 using TensorPtr = std::unique_ptr<aclTensor, decltype(&aclDestroyTensor)>;
 
@@ -37,7 +38,7 @@ uint16_t ToHalf(double v) {
   if (v == 0.0) return 0;
   const uint16_t sign = v < 0 ? 0x8000 : 0;
   int e = 0;
-  const double m = std::frexp(std::fabs(v), &e);  // |v| = m * 2^e, m in [0.5, 1)
+  const double m = std::frexp(std::fabs(v), &e);           // |v| = m * 2^e, m in [0.5, 1)
   double mant = std::nearbyint((m * 2.0 - 1.0) * 1024.0);  // 10 fraction bits, ties to even
   if (mant == 1024.0) {
     mant = 0.0;
@@ -51,8 +52,8 @@ double FromHalf(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
-int CreateAclTensor(const void *hostData, size_t bytes, const std::vector<int64_t> &shape, aclDataType dataType,
-                    DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
+int CreateAclTensor(const void *hostData, size_t bytes, const std::vector<int64_t> &shape,
+                    aclDataType dataType, DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
   void *raw = nullptr;
   auto ret = aclrtMalloc(&raw, bytes, ACL_MEM_MALLOC_HUGE_FIRST);
   CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
@@ -60,34 +61,42 @@ int CreateAclTensor(const void *hostData, size_t bytes, const std::vector<int64_
   ret = aclrtMemcpy(deviceAddr.get(), bytes, hostData, bytes, ACL_MEMCPY_HOST_TO_DEVICE);
   CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
   std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--) strides[i] = shape[i + 1] * strides[i + 1];
-  aclTensor *t = aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0, aclFormat::ACL_FORMAT_ND,
-                                 shape.data(), shape.size(), deviceAddr.get());
-  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return ACL_ERROR_FAILURE);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--)
+    strides[i] = shape[i + 1] * strides[i + 1];
+  aclTensor *t =
+      aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0,
+                      aclFormat::ACL_FORMAT_ND, shape.data(), shape.size(), deviceAddr.get());
+  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg());
+            return ACL_ERROR_FAILURE);
   tensor.reset(t);
   return ACL_SUCCESS;
 }
 
 // Runs the two phases; returns 0 on success.
-int RunAddLora(aclTensor *y, aclTensor *x, aclTensor *wb, aclTensor *idx, aclTensor *wa, aclTensor *out,
-               aclrtStream stream) {
+int RunAddLora(aclTensor *y, aclTensor *x, aclTensor *wb, aclTensor *idx, aclTensor *wa,
+               aclTensor *out, aclrtStream stream) {
   uint64_t workspaceSize = 0;
   aclOpExecutor *executor = nullptr;
-  auto ret = aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, /*layerIdx=*/1, /*scale=*/0.5, /*yOffset=*/32,
-                                          /*ySliceSize=*/-1, out, &workspaceSize, &executor);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnAddLoraGetWorkspaceSize failed: %s\n", aclGetRecentErrMsg());
+  auto ret =
+      aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, /*layerIdx=*/1, /*scale=*/0.5, /*yOffset=*/32,
+                                   /*ySliceSize=*/-1, out, &workspaceSize, &executor);
+  CHECK_RET(ret == ACL_SUCCESS,
+            LOG_PRINT("aclnnAddLoraGetWorkspaceSize failed: %s\n", aclGetRecentErrMsg());
             return 1);
   DeviceMemPtr workspace(nullptr, &aclrtFree);
   if (workspaceSize > 0) {
     void *raw = nullptr;
     ret = aclrtMalloc(&raw, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("workspace allocation failed. ERROR: %d\n", ret); return 1);
+    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("workspace allocation failed. ERROR: %d\n", ret);
+              return 1);
     workspace.reset(raw);
   }
   ret = aclnnAddLora(workspace.get(), workspaceSize, executor, stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnAddLora failed: %s\n", aclGetRecentErrMsg()); return 1);
+  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnAddLora failed: %s\n", aclGetRecentErrMsg());
+            return 1);
   ret = aclrtSynchronizeStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return 1);
+  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret);
+            return 1);
   return 0;
 }
 
@@ -126,7 +135,8 @@ int main() {
     double t[R];
     for (int64_t r = 0; r < R; ++r) {
       t[r] = 0;
-      for (int64_t k = 0; k < H1; ++k) t[r] += FromHalf(xh[b * H1 + k]) * FromHalf(wah[((a * L + layer) * R + r) * H1 + k]);
+      for (int64_t k = 0; k < H1; ++k)
+        t[r] += FromHalf(xh[b * H1 + k]) * FromHalf(wah[((a * L + layer) * R + r) * H1 + k]);
     }
     for (int64_t o = 0; o < H2; ++o) {
       double z = 0;
@@ -137,23 +147,33 @@ int main() {
 
   DeviceMemPtr xDev(nullptr, &aclrtFree), yDev(nullptr, &aclrtFree), waDev(nullptr, &aclrtFree),
       wbDev(nullptr, &aclrtFree), idxDev(nullptr, &aclrtFree), outDev(nullptr, &aclrtFree);
-  TensorPtr xT(nullptr, &aclDestroyTensor), yT(nullptr, &aclDestroyTensor), waT(nullptr, &aclDestroyTensor),
-      wbT(nullptr, &aclDestroyTensor), idxT(nullptr, &aclDestroyTensor), outT(nullptr, &aclDestroyTensor);
-  CHECK_RET(CreateAclTensor(xh.data(), xh.size() * 2, {B, H1}, ACL_FLOAT16, xDev, xT) == ACL_SUCCESS, return 1);
-  CHECK_RET(CreateAclTensor(yh.data(), yh.size() * 2, {B, H3}, ACL_FLOAT16, yDev, yT) == ACL_SUCCESS, return 1);
-  CHECK_RET(CreateAclTensor(wah.data(), wah.size() * 2, {W, L, R, H1}, ACL_FLOAT16, waDev, waT) == ACL_SUCCESS,
+  TensorPtr xT(nullptr, &aclDestroyTensor), yT(nullptr, &aclDestroyTensor),
+      waT(nullptr, &aclDestroyTensor), wbT(nullptr, &aclDestroyTensor),
+      idxT(nullptr, &aclDestroyTensor), outT(nullptr, &aclDestroyTensor);
+  CHECK_RET(
+      CreateAclTensor(xh.data(), xh.size() * 2, {B, H1}, ACL_FLOAT16, xDev, xT) == ACL_SUCCESS,
+      return 1);
+  CHECK_RET(
+      CreateAclTensor(yh.data(), yh.size() * 2, {B, H3}, ACL_FLOAT16, yDev, yT) == ACL_SUCCESS,
+      return 1);
+  CHECK_RET(CreateAclTensor(wah.data(), wah.size() * 2, {W, L, R, H1}, ACL_FLOAT16, waDev, waT) ==
+                ACL_SUCCESS,
             return 1);
-  CHECK_RET(CreateAclTensor(wbh.data(), wbh.size() * 2, {W, L, H2, R}, ACL_FLOAT16, wbDev, wbT) == ACL_SUCCESS,
+  CHECK_RET(CreateAclTensor(wbh.data(), wbh.size() * 2, {W, L, H2, R}, ACL_FLOAT16, wbDev, wbT) ==
+                ACL_SUCCESS,
             return 1);
-  CHECK_RET(CreateAclTensor(indices.data(), indices.size() * 4, {B}, ACL_INT32, idxDev, idxT) == ACL_SUCCESS,
+  CHECK_RET(CreateAclTensor(indices.data(), indices.size() * 4, {B}, ACL_INT32, idxDev, idxT) ==
+                ACL_SUCCESS,
             return 1);
-  CHECK_RET(CreateAclTensor(outh.data(), outh.size() * 2, {B, H3}, ACL_FLOAT16, outDev, outT) == ACL_SUCCESS,
+  CHECK_RET(CreateAclTensor(outh.data(), outh.size() * 2, {B, H3}, ACL_FLOAT16, outDev, outT) ==
+                ACL_SUCCESS,
             return 1);
 
   int failures = 0;
   auto compare = [&](const DeviceMemPtr &dev, const std::vector<uint16_t> &want, const char *what) {
     std::vector<uint16_t> got(want.size());
-    auto r = aclrtMemcpy(got.data(), got.size() * 2, dev.get(), got.size() * 2, ACL_MEMCPY_DEVICE_TO_HOST);
+    auto r = aclrtMemcpy(got.data(), got.size() * 2, dev.get(), got.size() * 2,
+                         ACL_MEMCPY_DEVICE_TO_HOST);
     if (r != ACL_SUCCESS) {
       LOG_PRINT("copy back failed. ERROR: %d\n", r);
       ++failures;
@@ -161,28 +181,33 @@ int main() {
     }
     for (size_t i = 0; i < want.size(); ++i) {
       if (got[i] != want[i]) {
-        LOG_PRINT("%s[%zu, %zu] = %g, expected %g\n", what, i / H3, i % H3, FromHalf(got[i]), FromHalf(want[i]));
+        LOG_PRINT("%s[%zu, %zu] = %g, expected %g\n", what, i / H3, i % H3, FromHalf(got[i]),
+                  FromHalf(want[i]));
         ++failures;
       }
     }
   };
 
   // 1. Out of place: out gets the result, y is untouched.
-  CHECK_RET(RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), outT.get(), stream.get()) == 0,
+  CHECK_RET(RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), outT.get(),
+                       stream.get()) == 0,
             return 1);
   compare(outDev, expected, "out");
   compare(yDev, yh, "y (must be untouched)");
   // 2. In place: out is y.
-  CHECK_RET(RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), yT.get(), stream.get()) == 0,
-            return 1);
+  CHECK_RET(
+      RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), yT.get(), stream.get()) == 0,
+      return 1);
   compare(yDev, expected, "y (in place)");
 
   for (int64_t b = 0; b < B; ++b) {
-    LOG_PRINT("row %ld (adapter %d): V slice[0..3] = %g %g %g %g\n", static_cast<long>(b), indices[b],
-              FromHalf(expected[b * H3 + yOffset]), FromHalf(expected[b * H3 + yOffset + 1]),
-              FromHalf(expected[b * H3 + yOffset + 2]), FromHalf(expected[b * H3 + yOffset + 3]));
+    LOG_PRINT("row %ld (adapter %d): V slice[0..3] = %g %g %g %g\n", static_cast<long>(b),
+              indices[b], FromHalf(expected[b * H3 + yOffset]),
+              FromHalf(expected[b * H3 + yOffset + 1]), FromHalf(expected[b * H3 + yOffset + 2]),
+              FromHalf(expected[b * H3 + yOffset + 3]));
   }
-  LOG_PRINT("%s\n", failures == 0 ? "AddLora example: all elements as expected" : "AddLora example: FAILED");
+  LOG_PRINT("%s\n", failures == 0 ? "AddLora example: all elements as expected"
+                                  : "AddLora example: FAILED");
   aclrtResetDevice(deviceId);
   aclFinalize();
   return failures == 0 ? 0 : 1;

@@ -35,17 +35,17 @@ enum class AddLoraPath {
 
 struct AddLoraOptions {
   int64_t layer_idx = 0;
-  double scale = 1.0;       // converted to float32 when planned
+  double scale = 1.0;  // converted to float32 when planned
   int64_t y_offset = 0;
   int64_t y_slice_size = -1;  // -1 or H2
   KernelChoice kernel = KernelChoice::kAuto;
   AddLoraPath path = AddLoraPath::kAuto;  // ignored by the reference kernel
-  int num_threads = 0;  // 0: fusekit::num_threads() when the plan is made
+  int num_threads = 0;                    // 0: fusekit::num_threads() when the plan is made
 };
 
 struct AddLoraStats {
-  int64_t rows_with_adapter = 0;  // rows that received an update
-  int64_t rows_without_adapter = 0;  // index < 0 or == W
+  int64_t rows_with_adapter = 0;                  // rows that received an update
+  int64_t rows_without_adapter = 0;               // index < 0 or == W
   int64_t prefill_groups = 0, decode_groups = 0;  // adapters served by each path (optimized kernel)
 };
 
@@ -59,16 +59,18 @@ class AddLora {
   // share one dtype: float16, bfloat16 or float32. Every tensor needs a contiguous innermost
   // dimension; outer strides are free (out can be a slice of a wider buffer). out may be exactly
   // y; any other overlap of out with an input is refused.
-  FUSEKIT_API static Status plan(const TensorView &y, const TensorView &x, const TensorView &weight_b,
-                                 const TensorView &indices, const TensorView &weight_a,
-                                 const TensorView &out, const AddLoraOptions &options, AddLora *plan);
+  FUSEKIT_API static Status plan(const TensorView &y, const TensorView &x,
+                                 const TensorView &weight_b, const TensorView &indices,
+                                 const TensorView &weight_a, const TensorView &out,
+                                 const AddLoraOptions &options, AddLora *plan);
 
   // Bytes of scratch memory run() needs (run() aligns the pointer itself).
   size_t workspace_size() const { return workspace_bytes_; }
 
   // Phase two. Reads the indices (an index > W fails with kShapeMismatch naming the row, and
   // nothing is written), then computes out.
-  FUSEKIT_API Status run(void *workspace, size_t workspace_size, AddLoraStats *stats = nullptr) const;
+  FUSEKIT_API Status run(void *workspace, size_t workspace_size,
+                         AddLoraStats *stats = nullptr) const;
 
   int64_t batch() const { return b_; }
   int64_t rank() const { return r_; }
@@ -89,8 +91,9 @@ class AddLora {
 
 // One call: plan, allocate the workspace, run.
 FUSEKIT_API Status add_lora(const TensorView &y, const TensorView &x, const TensorView &weight_b,
-                            const TensorView &indices, const TensorView &weight_a, const TensorView &out,
-                            const AddLoraOptions &options = {}, AddLoraStats *stats = nullptr);
+                            const TensorView &indices, const TensorView &weight_a,
+                            const TensorView &out, const AddLoraOptions &options = {},
+                            AddLoraStats *stats = nullptr);
 
 }  // namespace fusekit
 

@@ -36,11 +36,10 @@ class AddLoraExecutor final : public aclOpExecutor {
 
 using namespace fusekit;
 
-extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(const aclTensor *y, const aclTensor *x, const aclTensor *weightB,
-                                                    const aclTensor *indices, const aclTensor *weightAOptional,
-                                                    int64_t layerIdx, double scale, int64_t yOffset,
-                                                    int64_t ySliceSize, const aclTensor *out,
-                                                    uint64_t *workspaceSize, aclOpExecutor **executor) {
+extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
+    const aclTensor *y, const aclTensor *x, const aclTensor *weightB, const aclTensor *indices,
+    const aclTensor *weightAOptional, int64_t layerIdx, double scale, int64_t yOffset,
+    int64_t ySliceSize, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor) {
   TensorView vy, vx, vb, vi, va, vo;
   Status st = view_of(y, kOp, "y", &vy);
   if (st.ok()) st = view_of(x, kOp, "x", &vx);
@@ -48,7 +47,8 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(const aclTensor *y, const ac
   if (st.ok()) st = view_of(indices, kOp, "indices", &vi);
   if (st.ok()) st = view_of(weightAOptional, kOp, "weightAOptional", &va, /*optional=*/true);
   if (st.ok()) st = view_of(out, kOp, "out", &vo);
-  if (st.ok() && workspaceSize == nullptr) st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+  if (st.ok() && workspaceSize == nullptr)
+    st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
   if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
   AddLora plan;
   if (st.ok()) {
@@ -64,7 +64,7 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(const aclTensor *y, const ac
   return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
 }
 
-extern "C" aclnnStatus aclnnAddLora(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-                                    aclrtStream stream) {
+extern "C" aclnnStatus aclnnAddLora(void *workspace, uint64_t workspaceSize,
+                                    aclOpExecutor *executor, aclrtStream stream) {
   return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
 }

@@ -15,9 +15,9 @@
 // any thread count, so results are bitwise identical for every thread count.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "add_lora/add_lora_hwy.cc"
+#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/cache_control.h>
 
 #include <omp.h>
 
@@ -43,14 +43,14 @@ constexpr int kNV = 4;  // vectors per register tile (24 accumulators of 32 regi
 constexpr int kMR = 4;
 constexpr int kNV = 2;  // 8 accumulators of 16 registers
 #endif
-constexpr int64_t kKChunk = 64;        // k per packing item of weightA
-constexpr int64_t kXChunk = 256;       // columns per chunk of a packed block of x rows
-constexpr int64_t kRowPanelTiles = 8;  // row tiles per expand item
+constexpr int64_t kKChunk = 64;           // k per packing item of weightA
+constexpr int64_t kXChunk = 256;          // columns per chunk of a packed block of x rows
+constexpr int64_t kRowPanelTiles = 8;     // row tiles per expand item
 constexpr int64_t kShrinkItemBlocks = 8;  // row blocks per shrink item
-constexpr int64_t kColBlockCols = 1024;  // output columns per expand item (a multiple of any tile)
-constexpr int64_t kDecodeRanks = 16;   // ranks per decode shrink item
-constexpr int64_t kDecodeCols = 256;   // output columns per decode expand item
-constexpr int64_t kRowBuf = 8;         // rows of x converted at once (the per-thread buffer holds 8)
+constexpr int64_t kColBlockCols = 1024;   // output columns per expand item (a multiple of any tile)
+constexpr int64_t kDecodeRanks = 16;      // ranks per decode shrink item
+constexpr int64_t kDecodeCols = 256;      // output columns per decode expand item
+constexpr int64_t kRowBuf = 8;  // rows of x converted at once (the per-thread buffer holds 8)
 
 // ---- loads and stores of the three element types as float32 lanes ----
 template <class D>
@@ -108,7 +108,8 @@ HWY_INLINE void EpilogueRow(const float *z, const T *y, T *out, int64_t n, float
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   const auto vs = hn::Set(d, scale);
   int64_t j = 0;
-  for (; j + N <= n; j += N) StoreF(d, hn::Add(LoadF(d, y + j), hn::Mul(vs, hn::LoadU(d, z + j))), out + j);
+  for (; j + N <= n; j += N)
+    StoreF(d, hn::Add(LoadF(d, y + j), hn::Mul(vs, hn::LoadU(d, z + j))), out + j);
   for (; j < n; ++j) out[j] = from_float<T>(to_float(y[j]) + scale * z[j]);
 }
 
@@ -116,7 +117,8 @@ HWY_INLINE void EpilogueRow(const float *z, const T *y, T *out, int64_t n, float
 
 // at[k * ts + r] = A[r, k] for k in [k0, k0 + kn), zero for r in [R, ts).
 template <typename T>
-void PackAChunk(const T *A, int64_t ars, int64_t R, int64_t ts, int64_t k0, int64_t kn, float *at, float *tmp) {
+void PackAChunk(const T *A, int64_t ars, int64_t R, int64_t ts, int64_t k0, int64_t kn, float *at,
+                float *tmp) {
   for (int64_t r = 0; r < R; ++r) ConvertRow(A + r * ars + k0, tmp + r * kKChunk, kn);
   for (int64_t i = 0; i < kn; ++i) {
     float *dst = at + (k0 + i) * ts;
@@ -127,8 +129,8 @@ void PackAChunk(const T *A, int64_t ars, int64_t R, int64_t ts, int64_t k0, int6
 
 // Column tile ct of weightB^T: bt[ct * R * TW + r * TW + c] = B[ct * TW + c, r], zero past H2.
 template <typename T>
-void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64_t tw, int64_t ct, float *bt,
-               float *tmp) {
+void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64_t tw, int64_t ct,
+               float *bt, float *tmp) {
   const int64_t j0 = ct * tw;
   const int64_t cn = std::min(tw, h2 - j0);
   for (int64_t c = 0; c < cn; ++c) ConvertRow(B + (j0 + c) * brs, tmp + c * ts, R);
@@ -149,14 +151,16 @@ void PackBTile(const T *B, int64_t brs, int64_t R, int64_t ts, int64_t h2, int64
 // `next` (kMR row pointers at column k0, or null) are the next block's rows of x: one cache line
 // of each is prefetched (to L2) every 64 bytes of k, spread over the tile's FMAs.
 template <int NV, typename T>
-HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t kn, const float *HWY_RESTRICT at, int64_t ts,
-                           int64_t r0, float *const *tr, int nrows, bool accumulate, const T *const *next) {
+HWY_INLINE void ShrinkTile(const float *HWY_RESTRICT xp, int64_t kn, const float *HWY_RESTRICT at,
+                           int64_t ts, int64_t r0, float *const *tr, int nrows, bool accumulate,
+                           const T *const *next) {
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[kMR][NV];
   for (int m = 0; m < kMR; ++m) {
-    for (int v = 0; v < NV; ++v) acc[m][v] = accumulate ? hn::Load(d, tr[m] + r0 + v * N) : hn::Zero(d);
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? hn::Load(d, tr[m] + r0 + v * N) : hn::Zero(d);
   }
   const float *a = at + r0;
   for (int64_t c0 = 0; c0 < kn; c0 += kXChunk, xp += kMR * kXChunk) {
@@ -190,8 +194,9 @@ HWY_INLINE void PackXBlock(const T *const *xr, int64_t k0, int64_t kn, float *HW
 
 // out[m][col0 ..] = round(y + scale * sum over r of t[m][r] * tile[r][..]) for a kMR x kNV*N tile.
 template <typename T>
-HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile, int64_t R, int64_t col0,
-                           int64_t h2, const T *const *yr, T *const *outr, float scale, float *buf) {
+HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile, int64_t R,
+                           int64_t col0, int64_t h2, const T *const *yr, T *const *outr,
+                           float scale, float *buf) {
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[kMR][kNV];
@@ -215,7 +220,8 @@ HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile,
         StoreF(d, hn::Add(LoadF(d, yr[m] + j), hn::Mul(vs, acc[m][v])), outr[m] + j);
       } else if (j < h2) {
         hn::StoreU(acc[m][v], d, buf);
-        for (int64_t jj = j; jj < h2; ++jj) outr[m][jj] = from_float<T>(to_float(yr[m][jj]) + scale * buf[jj - j]);
+        for (int64_t jj = j; jj < h2; ++jj)
+          outr[m][jj] = from_float<T>(to_float(yr[m][jj]) + scale * buf[jj - j]);
       }
     }
   }
@@ -258,7 +264,8 @@ HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
 // ---- the driver ----
 
 template <typename T>
-AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threads, int64_t prefill_min_rows) {
+AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
+                        int64_t prefill_min_rows) {
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t tw = kNV * N;  // columns per expand tile
@@ -284,8 +291,10 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
       s.group_list[info.decode_groups++] = ad;
     }
   }
-  const double work = static_cast<double>(valid) * static_cast<double>(R) * static_cast<double>(h1 + h2);
-  const int nt = static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
+  const double work =
+      static_cast<double>(valid) * static_cast<double>(R) * static_cast<double>(h1 + h2);
+  const int nt =
+      static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
   const int64_t n_tiles = (h2 + tw - 1) / tw;
   const int64_t col_block_tiles = kColBlockCols / tw;
   const int64_t n_col_blocks = (n_tiles + col_block_tiles - 1) / col_block_tiles;
@@ -310,11 +319,13 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
       if (has_a) {
 #pragma omp for schedule(dynamic) nowait
         for (int64_t c = 0; c < (h1 + kKChunk - 1) / kKChunk; ++c) {
-          PackAChunk(A, a.wa_row_stride, R, ts, c * kKChunk, std::min(kKChunk, h1 - c * kKChunk), s.a_panel, buf);
+          PackAChunk(A, a.wa_row_stride, R, ts, c * kKChunk, std::min(kKChunk, h1 - c * kKChunk),
+                     s.a_panel, buf);
         }
       }
 #pragma omp for schedule(dynamic)
-      for (int64_t ct = 0; ct < n_tiles; ++ct) PackBTile(B, a.wb_row_stride, R, ts, h2, tw, ct, s.b_panel, buf);
+      for (int64_t ct = 0; ct < n_tiles; ++ct)
+        PackBTile(B, a.wb_row_stride, R, ts, h2, tw, ct, s.b_panel, buf);
 
       // Shrink, kMR rows at a time, in items of kShrinkItemBlocks row blocks. Inside an item the k
       // range is cut into chunks of kc columns, outermost, so that a chunk of the A panel
@@ -325,7 +336,8 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
       const int64_t n_shrink_items = (n_blocks + kShrinkItemBlocks - 1) / kShrinkItemBlocks;
 #pragma omp for schedule(dynamic)
       for (int64_t item = 0; item < n_shrink_items; ++item) {
-        const int64_t b_lo = item * kShrinkItemBlocks, b_hi = std::min(n_blocks, b_lo + kShrinkItemBlocks);
+        const int64_t b_lo = item * kShrinkItemBlocks,
+                      b_hi = std::min(n_blocks, b_lo + kShrinkItemBlocks);
         for (int64_t k0 = 0; k0 < h1; k0 += kc) {
           const int64_t kn = std::min(kc, h1 - k0);
           for (int64_t blk = b_lo; blk < b_hi; ++blk) {
@@ -342,11 +354,13 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
               continue;
             }
             PackXBlock(xr, k0, kn, buf);
-            // The next block's rows (the item's last block: none), prefetched during the first tile.
+            // The next block's rows (the item's last block: none), prefetched during the first
+            // tile.
             const T *next[kMR];
             const bool has_next = blk + 1 < b_hi;
             for (int m = 0; m < kMR && has_next; ++m) {
-              const int64_t k = g0 + (blk + 1) * kMR + std::min<int64_t>(m, n - (blk + 1) * kMR - 1);
+              const int64_t k =
+                  g0 + (blk + 1) * kMR + std::min<int64_t>(m, n - (blk + 1) * kMR - 1);
               next[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride + k0;
             }
             const float *at = s.a_panel + k0 * ts;
@@ -354,13 +368,22 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
               const int64_t r0 = v0 * N;
               const T *const *pf = has_next && v0 == 0 ? next : nullptr;
               switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
-                case 1: ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
-                case 2: ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
+                case 1:
+                  ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+                  break;
+                case 2:
+                  ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+                  break;
 #if HWY_TARGET <= HWY_AVX3
-                case 3: ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
-                case 4: ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf); break;
+                case 3:
+                  ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+                  break;
+                case 4:
+                  ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+                  break;
 #endif
-                default: break;
+                default:
+                  break;
               }
             }
           }
@@ -374,7 +397,8 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
 #pragma omp for schedule(dynamic)
       for (int64_t item = 0; item < n_col_blocks * n_panels; ++item) {
         const int64_t cb = item / n_panels, rp = item % n_panels;
-        const int64_t ct_begin = cb * col_block_tiles, ct_end = std::min(n_tiles, ct_begin + col_block_tiles);
+        const int64_t ct_begin = cb * col_block_tiles,
+                      ct_end = std::min(n_tiles, ct_begin + col_block_tiles);
         const int64_t blk_end = std::min(n_blocks, (rp + 1) * kRowPanelTiles);
         for (int64_t blk = rp * kRowPanelTiles; blk < blk_end; ++blk) {
           const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
@@ -388,12 +412,16 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
             yr[m] = y + row * a.y_stride + a.y_offset;
             outr[m] = out + row * a.out_stride + a.y_offset;
           }
-          const int64_t next_rows = blk + 1 < blk_end ? std::min<int64_t>(kMR, n - (blk + 1) * kMR) : 0;
+          const int64_t next_rows =
+              blk + 1 < blk_end ? std::min<int64_t>(kMR, n - (blk + 1) * kMR) : 0;
           for (int64_t ct = ct_begin; ct < ct_end; ++ct) {
             const int64_t col0 = ct * tw;
             for (int64_t m = 0; m < next_rows; ++m) {
-              const T *ny = y + static_cast<int64_t>(a.rows[g0 + (blk + 1) * kMR + m]) * a.y_stride + a.y_offset;
-              for (int64_t c = col0; c < std::min(h2, col0 + tw); c += 64 / static_cast<int64_t>(sizeof(T))) {
+              const T *ny = y +
+                            static_cast<int64_t>(a.rows[g0 + (blk + 1) * kMR + m]) * a.y_stride +
+                            a.y_offset;
+              for (int64_t c = col0; c < std::min(h2, col0 + tw);
+                   c += 64 / static_cast<int64_t>(sizeof(T))) {
                 hwy::Prefetch(ny + c);
               }
             }
@@ -426,7 +454,8 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
           }
           for (int64_t r = r_begin; r < r_end; ++r) {
             const T *ar = A + r * a.wa_row_stride;
-            for (int64_t k = k0; k < k1; ++k) s.t[k * ts + r] = DotLong(buf + (k - k0) * xs, ar, h1);
+            for (int64_t k = k0; k < k1; ++k)
+              s.t[k * ts + r] = DotLong(buf + (k - k0) * xs, ar, h1);
           }
         }
       }
@@ -440,8 +469,8 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
           const float *t = s.t + k * ts;
           for (int64_t j = 0; j < jn; ++j) buf[j] = DotShort(t, B + j * a.wb_row_stride, R);
           const int64_t row = a.rows[k];
-          EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j0, out + row * a.out_stride + a.y_offset + j0, jn,
-                      a.scale);
+          EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j0,
+                      out + row * a.out_stride + a.y_offset + j0, jn, a.scale);
         }
       }
     }
@@ -449,20 +478,27 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
   return info;
 }
 
-AddLoraRunInfo Run(const AddLoraArgs &a, const AddLoraScratch &s, int threads, int64_t prefill_min_rows) {
+AddLoraRunInfo Run(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
+                   int64_t prefill_min_rows) {
   switch (a.dtype) {
-    case DType::kFloat16: return RunTyped<float16_t>(a, s, threads, prefill_min_rows);
-    case DType::kBFloat16: return RunTyped<bfloat16_t>(a, s, threads, prefill_min_rows);
-    default: return RunTyped<float>(a, s, threads, prefill_min_rows);
+    case DType::kFloat16:
+      return RunTyped<float16_t>(a, s, threads, prefill_min_rows);
+    case DType::kBFloat16:
+      return RunTyped<bfloat16_t>(a, s, threads, prefill_min_rows);
+    default:
+      return RunTyped<float>(a, s, threads, prefill_min_rows);
   }
 }
 
 }  // namespace lora
 
-AddLoraRunInfo AddLoraRun(const AddLoraArgs &a, const AddLoraScratch &s, int threads, int64_t prefill_min_rows) {
+AddLoraRunInfo AddLoraRun(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
+                          int64_t prefill_min_rows) {
   return lora::Run(a, s, threads, prefill_min_rows);
 }
-const char *AddLoraTargetName() { return hwy::TargetName(HWY_TARGET); }
+const char *AddLoraTargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
 
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -474,11 +510,13 @@ HWY_EXPORT(AddLoraTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 AddLoraOptimizedFn add_lora_optimized() {
-  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  if (!hwy::GetChosenTarget().IsInitialized())
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return HWY_DYNAMIC_DISPATCH(AddLoraRun);
 }
 const char *add_lora_optimized_target() {
-  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  if (!hwy::GetChosenTarget().IsInitialized())
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return HWY_DYNAMIC_DISPATCH(AddLoraTargetName)();
 }
 

@@ -16,7 +16,7 @@ struct AddLoraArgs {
   int64_t x_stride;  // elements between rows
   const void *y;
   int64_t y_stride;
-  void *out;         // may equal y (in place)
+  void *out;  // may equal y (in place)
   int64_t out_stride;
   // weight_a[a] = the [R, H1] matrix of adapter a at the planned layer: wa + a * wa_adapter_stride,
   // rows wa_row_stride apart. Null when weightA is absent (then t = x[b], H1 == R).
@@ -37,11 +37,11 @@ struct AddLoraArgs {
 
 // Scratch for the kernels, carved from the caller's workspace by the plan (64-byte aligned).
 struct AddLoraScratch {
-  float *t;             // [valid rows, t_stride]: the shrunk rows, in sorted order
-  int64_t t_stride;     // >= R, a multiple of 16
-  float *a_panel;       // the packed weightA of the group being served (prefill)
-  float *b_panel;       // the packed weightB of the group being served (prefill)
-  char *per_thread;     // per_thread_bytes for each thread
+  float *t;          // [valid rows, t_stride]: the shrunk rows, in sorted order
+  int64_t t_stride;  // >= R, a multiple of 16
+  float *a_panel;    // the packed weightA of the group being served (prefill)
+  float *b_panel;    // the packed weightB of the group being served (prefill)
+  char *per_thread;  // per_thread_bytes for each thread
   size_t per_thread_bytes;
   int64_t *group_list;  // adapters + 1 entries the optimized kernel may use (its list of groups)
 };
@@ -61,8 +61,9 @@ void add_lora_reference(const AddLoraArgs &args, const AddLoraScratch &scratch);
 struct AddLoraRunInfo {
   int64_t prefill_groups = 0, decode_groups = 0;
 };
-using AddLoraOptimizedFn = AddLoraRunInfo (*)(const AddLoraArgs &args, const AddLoraScratch &scratch,
-                                              int threads, int64_t prefill_min_rows);
+using AddLoraOptimizedFn = AddLoraRunInfo (*)(const AddLoraArgs &args,
+                                              const AddLoraScratch &scratch, int threads,
+                                              int64_t prefill_min_rows);
 AddLoraOptimizedFn add_lora_optimized();
 const char *add_lora_optimized_target();
 

@@ -21,7 +21,9 @@ namespace {
 constexpr size_t kAlign = 64;
 constexpr const char *kOp = "AddLora";
 
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 
 struct WorkspaceLayout {
   size_t group_start = 0, cursor = 0, rows = 0, t = 0, a_panel = 0, b_panel = 0, per_thread = 0;
@@ -37,7 +39,8 @@ WorkspaceLayout layout_for(int64_t b, int64_t w, int64_t h1, int64_t h2, int64_t
   WorkspaceLayout l;
   l.sizes = add_lora_scratch_sizes(h1, h2, r);
   const double estimate = static_cast<double>(b) * static_cast<double>(l.sizes.t_stride) * 4.0 +
-                          static_cast<double>(l.sizes.a_panel_bytes) + static_cast<double>(l.sizes.b_panel_bytes) +
+                          static_cast<double>(l.sizes.a_panel_bytes) +
+                          static_cast<double>(l.sizes.b_panel_bytes) +
                           static_cast<double>(l.sizes.per_thread_bytes) * threads;
   if (!(estimate < 1e18)) {
     l.overflow = true;
@@ -69,32 +72,40 @@ WorkspaceLayout layout_for(int64_t b, int64_t w, int64_t h1, int64_t h2, int64_t
 Status check_tensor(const TensorView &t, const char *name, int ndim, const char *shape_name) {
   if (t.empty_view()) return Status::NullPointer(str_cat(kOp, ": ", name, " is null"));
   if (t.ndim != ndim) {
-    return Status::ShapeMismatch(str_cat(kOp, ": ", name, " must be ", ndim, "-D ", shape_name, ", got shape ",
-                                         t.shape_string()));
+    return Status::ShapeMismatch(str_cat(kOp, ": ", name, " must be ", ndim, "-D ", shape_name,
+                                         ", got shape ", t.shape_string()));
   }
   for (int i = 0; i < ndim; ++i) {
     if (t.shape[i] <= 0) {
-      return Status::ShapeMismatch(str_cat(kOp, ": ", name, " has shape ", t.shape_string(),
-                                           "; every size must be positive (empty tensors are not supported)"));
+      return Status::ShapeMismatch(
+          str_cat(kOp, ": ", name, " has shape ", t.shape_string(),
+                  "; every size must be positive (empty tensors are not supported)"));
     }
     if (t.strides[i] < 0) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " has a negative stride ", t.strides[i], " in dimension ", i));
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, " has a negative stride ", t.strides[i], " in dimension ", i));
     }
   }
   if (!t.inner_contiguous()) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must have a contiguous innermost dimension, got stride ",
+    return Status::Invalid(str_cat(kOp, ": ", name,
+                                   " must have a contiguous innermost dimension, got stride ",
                                    t.strides[ndim - 1]));
   }
   int64_t extent = 1;
   for (int i = 0; i < ndim; ++i) {
     int64_t span = 0;
-    if (__builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &span) || __builtin_add_overflow(extent, span, &extent)) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &span) ||
+        __builtin_add_overflow(extent, span, &extent)) {
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
     }
   }
   int64_t bytes = 0;
-  if (__builtin_mul_overflow(extent, static_cast<int64_t>(dtype_size(t.dtype) == 0 ? 1 : dtype_size(t.dtype)), &bytes)) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+  if (__builtin_mul_overflow(
+          extent, static_cast<int64_t>(dtype_size(t.dtype) == 0 ? 1 : dtype_size(t.dtype)),
+          &bytes)) {
+    return Status::Invalid(
+        str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }
   if (t.data == nullptr) return Status::NullPointer(str_cat(kOp, ": ", name, " has no data"));
   return Status::Ok();
@@ -108,7 +119,9 @@ bool same_view(const TensorView &a, const TensorView &b) {
   return true;
 }
 
-bool float_dtype(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat32; }
+bool float_dtype(DType d) {
+  return d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat32;
+}
 
 }  // namespace
 
@@ -118,7 +131,10 @@ Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView 
   if (plan == nullptr) return Status::NullPointer(str_cat(kOp, ": plan is null"));
   const bool has_a = !weight_a.empty_view();
   // Dtypes first (161002), then ranks and shapes (561002, as CANN reports them for AddLora).
-  for (const auto &[t, name] : {std::pair{&y, "y"}, {&x, "x"}, {&weight_b, "weightB"}, {&indices, "indices"},
+  for (const auto &[t, name] : {std::pair{&y, "y"},
+                                {&x, "x"},
+                                {&weight_b, "weightB"},
+                                {&indices, "indices"},
                                 {&out, "out"}}) {
     if (t->empty_view()) return Status::NullPointer(str_cat(kOp, ": ", name, " is null"));
   }
@@ -126,16 +142,19 @@ Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView 
     return Status::Invalid(str_cat(kOp, ": y has dtype ", dtype_name(y.dtype),
                                    "; float16, bfloat16 and float32 are supported"));
   }
-  for (const auto &[t, name] : {std::pair{&x, "x"}, {&weight_b, "weightB"}, {&weight_a, "weightAOptional"},
+  for (const auto &[t, name] : {std::pair{&x, "x"},
+                                {&weight_b, "weightB"},
+                                {&weight_a, "weightAOptional"},
                                 {&out, "out"}}) {
     if (t == &weight_a && !has_a) continue;
     if (t->dtype != y.dtype) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t->dtype), " but y has ",
-                                     dtype_name(y.dtype), "; they must match"));
+      return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t->dtype),
+                                     " but y has ", dtype_name(y.dtype), "; they must match"));
     }
   }
   if (indices.dtype != DType::kInt32) {
-    return Status::Invalid(str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype), "; int32 is required"));
+    return Status::Invalid(
+        str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype), "; int32 is required"));
   }
   FUSEKIT_RETURN_IF_ERROR(check_tensor(y, "y", 2, "[B, H3]"));
   FUSEKIT_RETURN_IF_ERROR(check_tensor(x, "x", 2, "[B, H1]"));
@@ -145,31 +164,36 @@ Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView 
   FUSEKIT_RETURN_IF_ERROR(check_tensor(out, "out", 2, "[B, H3]"));
 
   const int64_t b = y.shape[0], h3 = y.shape[1], h1 = x.shape[1];
-  const int64_t w = weight_b.shape[0], l = weight_b.shape[1], h2 = weight_b.shape[2], r = weight_b.shape[3];
+  const int64_t w = weight_b.shape[0], l = weight_b.shape[1], h2 = weight_b.shape[2],
+                r = weight_b.shape[3];
   if (x.shape[0] != b) {
-    return Status::ShapeMismatch(str_cat(kOp, ": x has ", x.shape[0], " rows but y has ", b, " (x ", x.shape_string(),
-                                         ", y ", y.shape_string(), ")"));
+    return Status::ShapeMismatch(str_cat(kOp, ": x has ", x.shape[0], " rows but y has ", b, " (x ",
+                                         x.shape_string(), ", y ", y.shape_string(), ")"));
   }
   if (indices.shape[0] != b) {
-    return Status::ShapeMismatch(str_cat(kOp, ": indices has ", indices.shape[0], " entries but y has ", b, " rows"));
+    return Status::ShapeMismatch(
+        str_cat(kOp, ": indices has ", indices.shape[0], " entries but y has ", b, " rows"));
   }
   if (out.shape[0] != b || out.shape[1] != h3) {
-    return Status::ShapeMismatch(str_cat(kOp, ": out has shape ", out.shape_string(), " but y has shape ",
-                                         y.shape_string(), "; they must match"));
+    return Status::ShapeMismatch(str_cat(kOp, ": out has shape ", out.shape_string(),
+                                         " but y has shape ", y.shape_string(),
+                                         "; they must match"));
   }
   if (has_a) {
     if (weight_a.shape[0] != w || weight_a.shape[1] != l) {
-      return Status::ShapeMismatch(str_cat(kOp, ": weightAOptional ", weight_a.shape_string(), " and weightB ",
-                                           weight_b.shape_string(), " must agree on [W, L]"));
+      return Status::ShapeMismatch(str_cat(kOp, ": weightAOptional ", weight_a.shape_string(),
+                                           " and weightB ", weight_b.shape_string(),
+                                           " must agree on [W, L]"));
     }
     if (weight_a.shape[2] != r) {
-      return Status::ShapeMismatch(str_cat(kOp, ": weightAOptional has rank ", weight_a.shape[2], " but weightB has ",
-                                           r, " (weightAOptional ", weight_a.shape_string(), ", weightB ",
+      return Status::ShapeMismatch(str_cat(kOp, ": weightAOptional has rank ", weight_a.shape[2],
+                                           " but weightB has ", r, " (weightAOptional ",
+                                           weight_a.shape_string(), ", weightB ",
                                            weight_b.shape_string(), ")"));
     }
     if (weight_a.shape[3] != h1) {
-      return Status::ShapeMismatch(str_cat(kOp, ": weightAOptional has H1 = ", weight_a.shape[3], " but x has ", h1,
-                                           " columns"));
+      return Status::ShapeMismatch(str_cat(kOp, ": weightAOptional has H1 = ", weight_a.shape[3],
+                                           " but x has ", h1, " columns"));
     }
   } else if (h1 != r) {
     return Status::ShapeMismatch(str_cat(kOp, ": without weightAOptional x must have R = ", r,
@@ -177,38 +201,47 @@ Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView 
   }
   if (options.y_slice_size != -1 && options.y_slice_size != h2) {
     return Status::ShapeMismatch(str_cat(kOp, ": ySliceSize = ", options.y_slice_size,
-                                         " must be -1 or H2 = ", h2, " (weightB's third dimension)"));
+                                         " must be -1 or H2 = ", h2,
+                                         " (weightB's third dimension)"));
   }
   if (options.y_offset < 0 || options.y_offset > h3 - h2) {
     return Status::ShapeMismatch(str_cat(kOp, ": yOffset = ", options.y_offset, " with H2 = ", h2,
-                                         " does not fit y's ", h3, " columns (need 0 <= yOffset <= ", h3 - h2, ")"));
+                                         " does not fit y's ", h3,
+                                         " columns (need 0 <= yOffset <= ", h3 - h2, ")"));
   }
   if (options.layer_idx < 0 || options.layer_idx >= l) {
-    return Status::ShapeMismatch(str_cat(kOp, ": layerIdx = ", options.layer_idx, " is outside [0, ", l,
-                                         ") (weightB has ", l, " layers)"));
+    return Status::ShapeMismatch(str_cat(kOp, ": layerIdx = ", options.layer_idx,
+                                         " is outside [0, ", l, ") (weightB has ", l, " layers)"));
   }
   const float scale = static_cast<float>(options.scale);
   if (!std::isfinite(scale)) {
     return Status::Invalid(str_cat(kOp, ": scale = ", options.scale, " is not finite in float32"));
   }
-  if (b >= int64_t{std::numeric_limits<uint32_t>::max()} || w >= int64_t{std::numeric_limits<int32_t>::max()}) {
-    return Status::Invalid(str_cat(kOp, ": B = ", b, " rows and W = ", w,
-                                   " adapters exceed this implementation's limits (2^32 - 1 and 2^31 - 1)"));
+  if (b >= int64_t{std::numeric_limits<uint32_t>::max()} ||
+      w >= int64_t{std::numeric_limits<int32_t>::max()}) {
+    return Status::Invalid(
+        str_cat(kOp, ": B = ", b, " rows and W = ", w,
+                " adapters exceed this implementation's limits (2^32 - 1 and 2^31 - 1)"));
   }
   // out: its rows must not overlap one another; it may be y exactly, and must not touch any input.
   if (b > 1 && out.strides[0] < h3) {
-    return Status::Invalid(str_cat(kOp, ": out's row stride ", out.strides[0], " is smaller than its ", h3,
-                                   " columns, so its rows overlap"));
+    return Status::Invalid(str_cat(kOp, ": out's row stride ", out.strides[0],
+                                   " is smaller than its ", h3, " columns, so its rows overlap"));
   }
   const bool in_place = same_view(out, y);
   if (!in_place && out.overlaps(y)) {
-    return Status::Invalid(str_cat(kOp, ": out overlaps y without being the same tensor; pass y itself for an "
-                                        "in-place update, or a separate buffer"));
+    return Status::Invalid(
+        str_cat(kOp,
+                ": out overlaps y without being the same tensor; pass y itself for an "
+                "in-place update, or a separate buffer"));
   }
-  for (const auto &[t, name] : {std::pair{&x, "x"}, {&weight_b, "weightB"}, {&weight_a, "weightAOptional"},
+  for (const auto &[t, name] : {std::pair{&x, "x"},
+                                {&weight_b, "weightB"},
+                                {&weight_a, "weightAOptional"},
                                 {&indices, "indices"}}) {
     if (t == &weight_a && !has_a) continue;
-    if (out.overlaps(*t)) return Status::Invalid(str_cat(kOp, ": out overlaps ", name, " in memory"));
+    if (out.overlaps(*t))
+      return Status::Invalid(str_cat(kOp, ": out overlaps ", name, " in memory"));
   }
 
   AddLora p;
@@ -235,8 +268,8 @@ Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView 
   const bool panels = p.kernel_ != KernelChoice::kReference;
   const WorkspaceLayout lay = layout_for(b, w, h1, h2, r, p.threads_, panels);
   if (lay.overflow) {
-    return Status::Invalid(str_cat(kOp, ": the workspace for B = ", b, ", H1 = ", h1, ", H2 = ", h2, ", R = ", r,
-                                   " overflows 64-bit sizes"));
+    return Status::Invalid(str_cat(kOp, ": the workspace for B = ", b, ", H1 = ", h1, ", H2 = ", h2,
+                                   ", R = ", r, " overflows 64-bit sizes"));
   }
   p.workspace_bytes_ = lay.total;
   *plan = p;
@@ -248,13 +281,15 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
   AddLoraStats &st = stats != nullptr ? *stats : local;
   st = AddLoraStats();
   if (workspace_size < workspace_bytes_) {
-    return Status::Invalid(str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
+    return Status::Invalid(
+        str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
   }
   if (workspace == nullptr) return Status::NullPointer(str_cat(kOp, ": workspace is null"));
   StageTimer timer;
   const bool panels = kernel_ != KernelChoice::kReference;
   const WorkspaceLayout lay = layout_for(b_, w_, h1_, h2_, r_, threads_, panels);
-  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
+                                        kAlign * kAlign);
   auto *group_start = reinterpret_cast<int64_t *>(base + lay.group_start);
   auto *cursor = reinterpret_cast<int64_t *>(base + lay.cursor);
   auto *rows = reinterpret_cast<uint32_t *>(base + lay.rows);
@@ -294,30 +329,33 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
     auto *obytes = static_cast<char *>(out_.data);
     const int64_t ys = y_.strides[0], os = out_.strides[0];
     const int64_t w = w_, h2 = h2_, h3 = h3_, off = y_offset_;
-    parallel_for(b_, threads_, std::max<int64_t>(1, 16384 / std::max<int64_t>(h3, 1)), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        const char *src = ybytes + static_cast<size_t>(i * ys) * es;
-        char *dst = obytes + static_cast<size_t>(i * os) * es;
-        const int64_t a = idx[i * istride];
-        if (a < 0 || a >= w) {
-          std::memcpy(dst, src, static_cast<size_t>(h3) * es);
-        } else {
-          std::memcpy(dst, src, static_cast<size_t>(off) * es);
-          const size_t tail = static_cast<size_t>(off + h2);
-          std::memcpy(dst + tail * es, src + tail * es, static_cast<size_t>(h3 - off - h2) * es);
-        }
-      }
-    });
+    parallel_for(b_, threads_, std::max<int64_t>(1, 16384 / std::max<int64_t>(h3, 1)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t i = lo; i < hi; ++i) {
+                     const char *src = ybytes + static_cast<size_t>(i * ys) * es;
+                     char *dst = obytes + static_cast<size_t>(i * os) * es;
+                     const int64_t a = idx[i * istride];
+                     if (a < 0 || a >= w) {
+                       std::memcpy(dst, src, static_cast<size_t>(h3) * es);
+                     } else {
+                       std::memcpy(dst, src, static_cast<size_t>(off) * es);
+                       const size_t tail = static_cast<size_t>(off + h2);
+                       std::memcpy(dst + tail * es, src + tail * es,
+                                   static_cast<size_t>(h3 - off - h2) * es);
+                     }
+                   }
+                 });
   }
   if (timer.on() && !in_place_) timer.stage("copy");
   auto report = [&] {
     if (!timer.on()) return;
     timer.stage("compute");
-    verbose_print(str_cat(kOp, ",dtype=", dtype_name(y_.dtype), ",B=", b_, ",H1=", h1_, ",H2=", h2_, ",H3=", h3_,
-                          ",R=", r_, ",W=", w_, ",weightA=", has_a_ ? "yes" : "no", ",in_place=", in_place_ ? 1 : 0,
-                          ",kernel=", kernel_ == KernelChoice::kReference ? "reference" : add_lora_optimized_target(),
-                          ",threads=", threads_, ",rows=", st.rows_with_adapter, ",prefill_groups=", st.prefill_groups,
-                          ",decode_groups=", st.decode_groups, ",", timer.fields()));
+    verbose_print(str_cat(
+        kOp, ",dtype=", dtype_name(y_.dtype), ",B=", b_, ",H1=", h1_, ",H2=", h2_, ",H3=", h3_,
+        ",R=", r_, ",W=", w_, ",weightA=", has_a_ ? "yes" : "no", ",in_place=", in_place_ ? 1 : 0,
+        ",kernel=", kernel_ == KernelChoice::kReference ? "reference" : add_lora_optimized_target(),
+        ",threads=", threads_, ",rows=", st.rows_with_adapter, ",prefill_groups=",
+        st.prefill_groups, ",decode_groups=", st.decode_groups, ",", timer.fields()));
   };
   if (st.rows_with_adapter == 0) {
     report();
@@ -333,7 +371,8 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
   args.out = out_.data;
   args.out_stride = out_.strides[0];
   if (has_a_) {
-    args.wa = static_cast<const char *>(wa_.data) + static_cast<size_t>(layer_ * wa_.strides[1]) * es;
+    args.wa =
+        static_cast<const char *>(wa_.data) + static_cast<size_t>(layer_ * wa_.strides[1]) * es;
     args.wa_adapter_stride = wa_.strides[0];
     args.wa_row_stride = wa_.strides[2];
   } else {
@@ -375,16 +414,19 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
   return Status::Ok();
 }
 
-const char *AddLora::optimized_target() { return add_lora_optimized_target(); }
+const char *AddLora::optimized_target() {
+  return add_lora_optimized_target();
+}
 
-Status add_lora(const TensorView &y, const TensorView &x, const TensorView &weight_b, const TensorView &indices,
-                const TensorView &weight_a, const TensorView &out, const AddLoraOptions &options,
-                AddLoraStats *stats) {
+Status add_lora(const TensorView &y, const TensorView &x, const TensorView &weight_b,
+                const TensorView &indices, const TensorView &weight_a, const TensorView &out,
+                const AddLoraOptions &options, AddLoraStats *stats) {
   AddLora plan;
   FUSEKIT_RETURN_IF_ERROR(AddLora::plan(y, x, weight_b, indices, weight_a, out, options, &plan));
   std::unique_ptr<char[]> workspace(new (std::nothrow) char[plan.workspace_size()]);
   if (!workspace) {
-    return Status::Runtime(str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
+    return Status::Runtime(
+        str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
   }
   return plan.run(workspace.get(), plan.workspace_size(), stats);
 }

@@ -9,7 +9,9 @@ namespace fusekit {
 namespace {
 
 constexpr int64_t kPad = 16;
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+int64_t round_up(int64_t n, int64_t m) {
+  return (n + m - 1) / m * m;
+}
 
 template <typename T>
 void reference_typed(const AddLoraArgs &a, const AddLoraScratch &s) {
@@ -56,17 +58,23 @@ AddLoraScratchSizes add_lora_scratch_sizes(int64_t h1, int64_t h2, int64_t r) {
   s.b_panel_bytes = static_cast<size_t>(round_up(h2, 64)) * static_cast<size_t>(r) * sizeof(float);
   // The largest of: a block of up to 8 rows of x in float32 (in chunks of 256 columns), the
   // transposition buffers of the packing (64 x R), one row of x plus a block of decode outputs.
-  const int64_t floats = std::max({8 * (round_up(h1, 256) + kPad), 64 * s.t_stride,
-                                   round_up(h1, kPad) + kPad + 1024});
+  const int64_t floats =
+      std::max({8 * (round_up(h1, 256) + kPad), 64 * s.t_stride, round_up(h1, kPad) + kPad + 1024});
   s.per_thread_bytes = static_cast<size_t>(floats) * sizeof(float) + 256;
   return s;
 }
 
 void add_lora_reference(const AddLoraArgs &args, const AddLoraScratch &scratch) {
   switch (args.dtype) {
-    case DType::kFloat16: reference_typed<float16_t>(args, scratch); break;
-    case DType::kBFloat16: reference_typed<bfloat16_t>(args, scratch); break;
-    default: reference_typed<float>(args, scratch); break;
+    case DType::kFloat16:
+      reference_typed<float16_t>(args, scratch);
+      break;
+    case DType::kBFloat16:
+      reference_typed<bfloat16_t>(args, scratch);
+      break;
+    default:
+      reference_typed<float>(args, scratch);
+      break;
   }
 }
 

@@ -30,19 +30,42 @@ using fusekit::testing::rng_for;
 // ---- element access by dtype, on raw bytes ----
 double get(DType dt, const std::vector<uint8_t> &buf, int64_t i) {
   switch (dt) {
-    case DType::kFloat16: { uint16_t h; std::memcpy(&h, buf.data() + 2 * i, 2); return half_bits_to_float(h); }
-    case DType::kBFloat16: { uint16_t h; std::memcpy(&h, buf.data() + 2 * i, 2); return bf16_bits_to_float(h); }
-    default: { float f; std::memcpy(&f, buf.data() + 4 * i, 4); return f; }
+    case DType::kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, buf.data() + 2 * i, 2);
+      return half_bits_to_float(h);
+    }
+    case DType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, buf.data() + 2 * i, 2);
+      return bf16_bits_to_float(h);
+    }
+    default: {
+      float f;
+      std::memcpy(&f, buf.data() + 4 * i, 4);
+      return f;
+    }
   }
 }
 void set(DType dt, std::vector<uint8_t> &buf, int64_t i, float v) {
   switch (dt) {
-    case DType::kFloat16: { uint16_t h = float_to_half_bits(v); std::memcpy(buf.data() + 2 * i, &h, 2); break; }
-    case DType::kBFloat16: { uint16_t h = float_to_bf16_bits(v); std::memcpy(buf.data() + 2 * i, &h, 2); break; }
-    default: std::memcpy(buf.data() + 4 * i, &v, 4); break;
+    case DType::kFloat16: {
+      uint16_t h = float_to_half_bits(v);
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      uint16_t h = float_to_bf16_bits(v);
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+      break;
+    }
+    default:
+      std::memcpy(buf.data() + 4 * i, &v, 4);
+      break;
   }
 }
-bool same_bits(DType dt, const std::vector<uint8_t> &a, int64_t i, const std::vector<uint8_t> &b, int64_t j) {
+bool same_bits(DType dt, const std::vector<uint8_t> &a, int64_t i, const std::vector<uint8_t> &b,
+               int64_t j) {
   const size_t es = dtype_size(dt);
   return std::memcmp(a.data() + es * i, b.data() + es * j, es) == 0;
 }
@@ -126,7 +149,9 @@ Status run(Data &d, const AddLoraOptions &o, AddLoraStats *st = nullptr) {
   return add_lora(d.vy, d.vx, d.vb, d.vi, d.va, d.vo, o, st);
 }
 
-const std::vector<uint8_t> &out_buf(const Data &d) { return d.p.in_place ? d.y : d.out; }
+const std::vector<uint8_t> &out_buf(const Data &d) {
+  return d.p.in_place ? d.y : d.out;
+}
 
 // The float64 oracle and the checks. Returns the number of bad elements.
 int64_t check(const Data &d, const char *what, bool report = true) {
@@ -161,8 +186,9 @@ int64_t check(const Data &d, const char *what, bool report = true) {
       const int64_t oi = b * d.os + c, yi = b * d.ys + c;
       if (!upd || c < p.y_offset || c >= p.y_offset + p.H2) {
         if (!same_bits(p.dt, out, oi, d.y0, yi)) {
-          fail("row " + std::to_string(b) + " col " + std::to_string(c) + " (no update) differs from y: " +
-               std::to_string(get(p.dt, out, oi)) + " vs " + std::to_string(get(p.dt, d.y0, yi)));
+          fail("row " + std::to_string(b) + " col " + std::to_string(c) +
+               " (no update) differs from y: " + std::to_string(get(p.dt, out, oi)) + " vs " +
+               std::to_string(get(p.dt, d.y0, yi)));
         }
         continue;
       }
@@ -177,12 +203,14 @@ int64_t check(const Data &d, const char *what, bool report = true) {
       const double yv = get(p.dt, d.y0, yi);
       const double ref = yv + p.scale * z;
       const double sum_abs = std::fabs(yv) + std::fabs(p.scale) * za;
-      const double bound = ulp_at(p.dt, ref) + 2.0 * std::sqrt(static_cast<double>(p.H1 + p.R + 2)) *
+      const double bound = ulp_at(p.dt, ref) + 2.0 *
+                                                   std::sqrt(static_cast<double>(p.H1 + p.R + 2)) *
                                                    std::ldexp(sum_abs, -24);
       const double got = get(p.dt, out, oi);
       if (!(std::fabs(got - ref) <= bound)) {
-        fail("row " + std::to_string(b) + " col " + std::to_string(c) + ": got " + std::to_string(got) +
-             ", float64 reference " + std::to_string(ref) + ", bound " + std::to_string(bound));
+        fail("row " + std::to_string(b) + " col " + std::to_string(c) + ": got " +
+             std::to_string(got) + ", float64 reference " + std::to_string(ref) + ", bound " +
+             std::to_string(bound));
       }
     }
   }
@@ -209,10 +237,11 @@ struct KernelPath {
   AddLoraPath path;
   const char *name;
 };
-const KernelPath kKernels[] = {{KernelChoice::kReference, AddLoraPath::kAuto, "reference"},
-                               {KernelChoice::kAuto, AddLoraPath::kAuto, "optimized/auto"},
-                               {KernelChoice::kOptimized, AddLoraPath::kPrefill, "optimized/prefill"},
-                               {KernelChoice::kOptimized, AddLoraPath::kDecode, "optimized/decode"}};
+const KernelPath kKernels[] = {
+    {KernelChoice::kReference, AddLoraPath::kAuto, "reference"},
+    {KernelChoice::kAuto, AddLoraPath::kAuto, "optimized/auto"},
+    {KernelChoice::kOptimized, AddLoraPath::kPrefill, "optimized/prefill"},
+    {KernelChoice::kOptimized, AddLoraPath::kDecode, "optimized/decode"}};
 
 // Runs a problem on every kernel and path, in place and out of place, for every dtype.
 void check_all(Problem p, const char *what) {
@@ -223,7 +252,8 @@ void check_all(Problem p, const char *what) {
         p.in_place = in_place;
         Data d = make(p);
         const std::string label = std::string(what) + " " + dtype_name(dt) + " " + k.name +
-                                  (in_place ? " in place" : " out of place") + " seed " + std::to_string(p.seed);
+                                  (in_place ? " in place" : " out of place") + " seed " +
+                                  std::to_string(p.seed);
         SCOPED_TRACE(label);
         const Status s = run(d, options_for(p, k.kernel, k.path));
         ASSERT_TRUE(s.ok()) << s.message();
@@ -403,11 +433,16 @@ TEST(AddLora, RowStridedWeights) {
       Data d = make(p);
       const size_t es = dtype_size(dt);
       const int64_t pa = p.H1 + 5, pb = p.R + 3;
-      std::vector<uint8_t> wa(static_cast<size_t>(p.W * p.L * p.R * pa) * es), wb(static_cast<size_t>(p.W * p.L * p.H2 * pb) * es);
-      for (int64_t i = 0; i < p.W * p.L * p.R; ++i) std::memcpy(wa.data() + i * pa * es, d.wa.data() + i * p.H1 * es, p.H1 * es);
-      for (int64_t i = 0; i < p.W * p.L * p.H2; ++i) std::memcpy(wb.data() + i * pb * es, d.wb.data() + i * p.R * es, p.R * es);
-      const TensorView va = TensorView::strided(wa.data(), dt, {p.W, p.L, p.R, p.H1}, {p.L * p.R * pa, p.R * pa, pa, 1});
-      const TensorView vb = TensorView::strided(wb.data(), dt, {p.W, p.L, p.H2, p.R}, {p.L * p.H2 * pb, p.H2 * pb, pb, 1});
+      std::vector<uint8_t> wa(static_cast<size_t>(p.W * p.L * p.R * pa) * es),
+          wb(static_cast<size_t>(p.W * p.L * p.H2 * pb) * es);
+      for (int64_t i = 0; i < p.W * p.L * p.R; ++i)
+        std::memcpy(wa.data() + i * pa * es, d.wa.data() + i * p.H1 * es, p.H1 * es);
+      for (int64_t i = 0; i < p.W * p.L * p.H2; ++i)
+        std::memcpy(wb.data() + i * pb * es, d.wb.data() + i * p.R * es, p.R * es);
+      const TensorView va = TensorView::strided(wa.data(), dt, {p.W, p.L, p.R, p.H1},
+                                                {p.L * p.R * pa, p.R * pa, pa, 1});
+      const TensorView vb = TensorView::strided(wb.data(), dt, {p.W, p.L, p.H2, p.R},
+                                                {p.L * p.H2 * pb, p.H2 * pb, pb, 1});
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + k.name);
       const Status st = add_lora(d.vy, d.vx, vb, d.vi, va, d.vo, options_for(p, k.kernel, k.path));
       ASSERT_TRUE(st.ok()) << st.message();
@@ -442,7 +477,8 @@ TEST(AddLora, BoundCatchesFloat16Intermediates) {
     }
     for (int64_t o = 0; o < p.H2; ++o) {
       float z = 0;
-      for (int64_t r = 0; r < p.R; ++r) z += t[static_cast<size_t>(r)] * static_cast<float>(get(p.dt, d.wb, o * p.R + r));
+      for (int64_t r = 0; r < p.R; ++r)
+        z += t[static_cast<size_t>(r)] * static_cast<float>(get(p.dt, d.wb, o * p.R + r));
       const float sz = half_bits_to_float(float_to_half_bits(static_cast<float>(p.scale) * z));
       set(p.dt, d.out, b * d.os + o, static_cast<float>(get(p.dt, d.y0, b * d.ys + o)) + sz);
     }
@@ -454,35 +490,40 @@ TEST(AddLora, BoundCatchesFloat16Intermediates) {
 // sums on ties and just above half an ulp, in the vector body and the tail of both paths.
 TEST(AddLora, BFloat16RoundsToNearestEven) {
   fusekit::testing::for_each_simd_target([](const char *) {
-  const int64_t H = 70;
-  for (AddLoraPath path : {AddLoraPath::kPrefill, AddLoraPath::kDecode}) {
-    for (int64_t rows : {1, 9}) {
-      std::vector<uint16_t> y(static_cast<size_t>(rows * H)), x(static_cast<size_t>(rows)), out(y.size());
-      std::vector<uint16_t> wb(static_cast<size_t>(H), float_to_bf16_bits(1.0f));
-      std::vector<int32_t> idx(static_cast<size_t>(rows), 0);
-      const float ys[] = {1.0f, 1.0078125f, 1.0f, -1.0078125f};
-      const float xs[] = {0x1p-8f, 0x1p-8f, 0x1.4p-8f, -0x1p-8f};
-      for (int64_t b = 0; b < rows; ++b) {
-        x[static_cast<size_t>(b)] = float_to_bf16_bits(xs[b % 4]);
-        for (int64_t j = 0; j < H; ++j) y[static_cast<size_t>(b * H + j)] = float_to_bf16_bits(ys[(b + j) % 4]);
-      }
-      AddLoraOptions o;
-      o.path = path;
-      o.kernel = KernelChoice::kOptimized;
-      const Status s = add_lora(TensorView::contiguous(y.data(), DType::kBFloat16, {rows, H}),
-                                TensorView::contiguous(x.data(), DType::kBFloat16, {rows, 1}),
-                                TensorView::contiguous(wb.data(), DType::kBFloat16, {1, 1, H, 1}),
-                                TensorView::of(idx.data(), {rows}), TensorView(),
-                                TensorView::contiguous(out.data(), DType::kBFloat16, {rows, H}), o);
-      ASSERT_TRUE(s.ok()) << s.message();
-      for (int64_t b = 0; b < rows; ++b) {
-        for (int64_t j = 0; j < H; ++j) {
-          const float sum = bf16_bits_to_float(y[static_cast<size_t>(b * H + j)]) + bf16_bits_to_float(x[static_cast<size_t>(b)]);
-          ASSERT_EQ(out[static_cast<size_t>(b * H + j)], float_to_bf16_bits(sum)) << "row " << b << " col " << j;
+    const int64_t H = 70;
+    for (AddLoraPath path : {AddLoraPath::kPrefill, AddLoraPath::kDecode}) {
+      for (int64_t rows : {1, 9}) {
+        std::vector<uint16_t> y(static_cast<size_t>(rows * H)), x(static_cast<size_t>(rows)),
+            out(y.size());
+        std::vector<uint16_t> wb(static_cast<size_t>(H), float_to_bf16_bits(1.0f));
+        std::vector<int32_t> idx(static_cast<size_t>(rows), 0);
+        const float ys[] = {1.0f, 1.0078125f, 1.0f, -1.0078125f};
+        const float xs[] = {0x1p-8f, 0x1p-8f, 0x1.4p-8f, -0x1p-8f};
+        for (int64_t b = 0; b < rows; ++b) {
+          x[static_cast<size_t>(b)] = float_to_bf16_bits(xs[b % 4]);
+          for (int64_t j = 0; j < H; ++j)
+            y[static_cast<size_t>(b * H + j)] = float_to_bf16_bits(ys[(b + j) % 4]);
+        }
+        AddLoraOptions o;
+        o.path = path;
+        o.kernel = KernelChoice::kOptimized;
+        const Status s =
+            add_lora(TensorView::contiguous(y.data(), DType::kBFloat16, {rows, H}),
+                     TensorView::contiguous(x.data(), DType::kBFloat16, {rows, 1}),
+                     TensorView::contiguous(wb.data(), DType::kBFloat16, {1, 1, H, 1}),
+                     TensorView::of(idx.data(), {rows}), TensorView(),
+                     TensorView::contiguous(out.data(), DType::kBFloat16, {rows, H}), o);
+        ASSERT_TRUE(s.ok()) << s.message();
+        for (int64_t b = 0; b < rows; ++b) {
+          for (int64_t j = 0; j < H; ++j) {
+            const float sum = bf16_bits_to_float(y[static_cast<size_t>(b * H + j)]) +
+                              bf16_bits_to_float(x[static_cast<size_t>(b)]);
+            ASSERT_EQ(out[static_cast<size_t>(b * H + j)], float_to_bf16_bits(sum))
+                << "row " << b << " col " << j;
+          }
         }
       }
     }
-  }
   });
 }
 
@@ -501,7 +542,8 @@ TEST(AddLora, EverySimdTarget) {
     p.x_pad = 3;
     p.scale = 0.75;
     p.seed = 95;
-    for (int i = 0; i < 29; ++i) p.indices.push_back(i < 20 ? 1 : i % 5 - 1);  // a big group, small ones, -1
+    for (int i = 0; i < 29; ++i)
+      p.indices.push_back(i < 20 ? 1 : i % 5 - 1);  // a big group, small ones, -1
     check_all(p, target);
     p.R = 64;
     p.H2 = 129;
@@ -523,7 +565,8 @@ TEST(AddLora, BitwiseEqualOverThreadCounts) {
   p.R = 64;
   p.W = 5;
   p.seed = 80;
-  for (int i = 0; i < 150; ++i) p.indices.push_back(i < 120 ? i % 2 : 2 + i % 3);  // two big groups, three small
+  for (int i = 0; i < 150; ++i)
+    p.indices.push_back(i < 120 ? i % 2 : 2 + i % 3);  // two big groups, three small
   for (DType dt : kDtypes) {
     for (const KernelPath &k : kKernels) {
       if (k.kernel == KernelChoice::kReference) continue;
@@ -537,8 +580,10 @@ TEST(AddLora, BitwiseEqualOverThreadCounts) {
         }
         results.push_back(d.out);
       }
-      EXPECT_TRUE(results[0] == results[1]) << dtype_name(dt) << " " << k.name << ": 1 vs 2 threads";
-      EXPECT_TRUE(results[0] == results[2]) << dtype_name(dt) << " " << k.name << ": 1 vs 4 threads";
+      EXPECT_TRUE(results[0] == results[1])
+          << dtype_name(dt) << " " << k.name << ": 1 vs 2 threads";
+      EXPECT_TRUE(results[0] == results[2])
+          << dtype_name(dt) << " " << k.name << ": 1 vs 4 threads";
     }
   }
 }
@@ -560,10 +605,18 @@ TEST(AddLora, ConcurrentCallsFromTwoThreads) {
   Data together[2] = {make(p), make(p)};
   p.seed = 2;
   together[1] = make(p);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(run(alone[i], options_for(alone[i].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)).ok());
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(
+        run(alone[i], options_for(alone[i].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)).ok());
   Status st[2];
-  std::thread t0([&] { st[0] = run(together[0], options_for(together[0].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)); });
-  std::thread t1([&] { st[1] = run(together[1], options_for(together[1].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)); });
+  std::thread t0([&] {
+    st[0] =
+        run(together[0], options_for(together[0].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2));
+  });
+  std::thread t1([&] {
+    st[1] =
+        run(together[1], options_for(together[1].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2));
+  });
   t0.join();
   t1.join();
   for (int i = 0; i < 2; ++i) {
@@ -645,8 +698,8 @@ TEST(AddLoraRefusals, TensorsDtypesLayoutsOverlap) {
   p.seed = 91;
   Data d = make(p);
   const AddLoraOptions o = options_for(p);
-  auto refuse = [&](TensorView y, TensorView x, TensorView wb, TensorView idx, TensorView wa, TensorView out,
-                    StatusCode code, const char *needle) {
+  auto refuse = [&](TensorView y, TensorView x, TensorView wb, TensorView idx, TensorView wa,
+                    TensorView out, StatusCode code, const char *needle) {
     const std::vector<uint8_t> out_before = d.out, y_before = d.y;
     const Status s = add_lora(y, x, wb, idx, wa, out, o);
     EXPECT_EQ(s.code(), code) << s.message();
@@ -663,29 +716,31 @@ TEST(AddLoraRefusals, TensorsDtypesLayoutsOverlap) {
   bad.dtype = DType::kInt32;
   refuse(bad, d.vx, d.vb, d.vi, d.va, d.vo, StatusCode::kInvalidArgument, "y has dtype int32");
   std::vector<int64_t> idx64(6, 0);
-  refuse(d.vy, d.vx, d.vb, TensorView::of(idx64.data(), {6}), d.va, d.vo, StatusCode::kInvalidArgument,
-         "indices has dtype int64");
+  refuse(d.vy, d.vx, d.vb, TensorView::of(idx64.data(), {6}), d.va, d.vo,
+         StatusCode::kInvalidArgument, "indices has dtype int64");
   // Shapes (561002).
   refuse(d.vy, TensorView::contiguous(d.x.data(), p.dt, {5, 20}), d.vb, d.vi, d.va, d.vo,
          StatusCode::kShapeMismatch, "x has 5 rows");
-  refuse(d.vy, d.vx, d.vb, TensorView::of(d.idx.data(), {5}), d.va, d.vo, StatusCode::kShapeMismatch,
-         "indices has 5 entries");
+  refuse(d.vy, d.vx, d.vb, TensorView::of(d.idx.data(), {5}), d.va, d.vo,
+         StatusCode::kShapeMismatch, "indices has 5 entries");
   refuse(d.vy, d.vx, d.vb, d.vi, TensorView::contiguous(d.wa.data(), p.dt, {3, 1, 4, 19}), d.vo,
          StatusCode::kShapeMismatch, "H1 = 19");
   refuse(d.vy, d.vx, d.vb, d.vi, TensorView::contiguous(d.wa.data(), p.dt, {3, 1, 2, 20}), d.vo,
          StatusCode::kShapeMismatch, "rank 2");
   refuse(d.vy, d.vx, d.vb, d.vi, TensorView::contiguous(d.wa.data(), p.dt, {2, 1, 4, 20}), d.vo,
          StatusCode::kShapeMismatch, "must agree on [W, L]");
-  refuse(d.vy, d.vx, d.vb, d.vi, TensorView(), d.vo, StatusCode::kShapeMismatch, "without weightAOptional");
+  refuse(d.vy, d.vx, d.vb, d.vi, TensorView(), d.vo, StatusCode::kShapeMismatch,
+         "without weightAOptional");
   refuse(d.vy, d.vx, TensorView::contiguous(d.wb.data(), p.dt, {3, 12, 4}), d.vi, d.va, d.vo,
          StatusCode::kShapeMismatch, "weightB must be 4-D");
   refuse(d.vy, d.vx, d.vb, d.vi, d.va, TensorView::contiguous(d.out.data(), p.dt, {6, 15}),
          StatusCode::kShapeMismatch, "out has shape [6, 15]");
   refuse(d.vy, d.vx, TensorView::contiguous(d.wb.data(), p.dt, {3, 1, 17, 4}), d.vi, d.va, d.vo,
          StatusCode::kShapeMismatch, "yOffset");
-  refuse(TensorView::contiguous(d.y.data(), p.dt, {0, 16}), TensorView::contiguous(d.x.data(), p.dt, {0, 20}), d.vb,
-         TensorView::of(d.idx.data(), {0}), d.va, TensorView::contiguous(d.out.data(), p.dt, {0, 16}),
-         StatusCode::kShapeMismatch, "positive");
+  refuse(TensorView::contiguous(d.y.data(), p.dt, {0, 16}),
+         TensorView::contiguous(d.x.data(), p.dt, {0, 20}), d.vb, TensorView::of(d.idx.data(), {0}),
+         d.va, TensorView::contiguous(d.out.data(), p.dt, {0, 16}), StatusCode::kShapeMismatch,
+         "positive");
   // Layouts and overlap (161002).
   refuse(d.vy, TensorView::strided(d.x.data(), p.dt, {6, 10}, {20, 2}), d.vb, d.vi, d.va, d.vo,
          StatusCode::kInvalidArgument, "contiguous innermost");
@@ -699,16 +754,20 @@ TEST(AddLoraRefusals, TensorsDtypesLayoutsOverlap) {
   // A slice of a wider buffer next to y's columns is not an overlap.
   std::vector<uint8_t> wide(static_cast<size_t>(6 * 40) * dtype_size(p.dt));
   const Problem q = p;
-  for (int64_t i = 0; i < 6 * 16; ++i) set(q.dt, wide, (i / 16) * 40 + i % 16, static_cast<float>(get(q.dt, d.y, i)));
+  for (int64_t i = 0; i < 6 * 16; ++i)
+    set(q.dt, wide, (i / 16) * 40 + i % 16, static_cast<float>(get(q.dt, d.y, i)));
   const TensorView wy = TensorView::strided(wide.data(), p.dt, {6, 16}, {40, 1});
-  const TensorView wo = TensorView::strided(wide.data() + 20 * dtype_size(p.dt), p.dt, {6, 16}, {40, 1});
+  const TensorView wo =
+      TensorView::strided(wide.data() + 20 * dtype_size(p.dt), p.dt, {6, 16}, {40, 1});
   EXPECT_TRUE(add_lora(wy, d.vx, d.vb, d.vi, d.va, wo, o).ok());
 }
 
 // ---- the aclnn face ----
 
-aclTensor *acl_tensor(std::vector<int64_t> shape, aclDataType dt, void *data, const int64_t *strides = nullptr) {
-  return aclCreateTensor(shape.data(), shape.size(), dt, strides, 0, ACL_FORMAT_ND, shape.data(), shape.size(), data);
+aclTensor *acl_tensor(std::vector<int64_t> shape, aclDataType dt, void *data,
+                      const int64_t *strides = nullptr) {
+  return aclCreateTensor(shape.data(), shape.size(), dt, strides, 0, ACL_FORMAT_ND, shape.data(),
+                         shape.size(), data);
 }
 
 TEST(AclnnAddLora, RunsAndRefuses) {
@@ -732,16 +791,22 @@ TEST(AclnnAddLora, RunsAndRefuses) {
   aclOpExecutor *ex = nullptr;
   // Phase one refusals.
   EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 40, -1, y, &ws, &ex), 561002);
-  EXPECT_EQ(std::string(aclGetRecentErrMsg()).rfind("aclnnAddLora: yOffset = 40", 0), 0u) << aclGetRecentErrMsg();
+  EXPECT_EQ(std::string(aclGetRecentErrMsg()).rfind("aclnnAddLora: yOffset = 40", 0), 0u)
+      << aclGetRecentErrMsg();
   EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 15, y, &ws, &ex), 561002);
   EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 1, 1.0, 0, 16, y, &ws, &ex), 561002);
-  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(nullptr, x, wb, idx, wa, 0, 1.0, 0, 16, y, &ws, &ex), 161001);
-  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 16, nullptr, &ws, &ex), 161001);
-  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 16, y, nullptr, &ex), 161001);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(nullptr, x, wb, idx, wa, 0, 1.0, 0, 16, y, &ws, &ex),
+            161001);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 16, nullptr, &ws, &ex),
+            161001);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, 16, y, nullptr, &ex),
+            161001);
   // weightA absent with H1 != R.
-  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, nullptr, 0, 1.0, 0, 16, y, &ws, &ex), 561002);
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, nullptr, 0, 1.0, 0, 16, y, &ws, &ex),
+            561002);
   // Phase two: index 2 == W is "no adapter"; in place, slice at 32.
-  ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 32, 16, y, &ws, &ex), 0) << aclGetRecentErrMsg();
+  ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 32, 16, y, &ws, &ex), 0)
+      << aclGetRecentErrMsg();
   std::vector<char> workspace(ws);
   EXPECT_EQ(aclnnAddLora(workspace.data(), ws, ex, nullptr), 0) << aclGetRecentErrMsg();
   p.y_offset = 32;
@@ -752,7 +817,8 @@ TEST(AclnnAddLora, RunsAndRefuses) {
   const std::vector<uint8_t> before = d.y;
   ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, -1, y, &ws, &ex), 0);
   EXPECT_EQ(aclnnAddLora(workspace.data(), ws, ex, nullptr), 561002);
-  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("aclnnAddLora: indices[3] = 7 but weightB has 2 adapters"),
+  EXPECT_NE(std::string(aclGetRecentErrMsg())
+                .find("aclnnAddLora: indices[3] = 7 but weightB has 2 adapters"),
             std::string::npos)
       << aclGetRecentErrMsg();
   EXPECT_TRUE(d.y == before);
