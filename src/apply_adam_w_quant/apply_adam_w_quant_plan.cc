@@ -347,8 +347,19 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
 
   std::atomic<int64_t> skipped{0};
   if (contiguous_) {
-    parallel_for(blocks_, threads_, 16, [&](int64_t b, int64_t e) {
-      skipped.fetch_add(kernel(a, b, e), std::memory_order_relaxed);
+    // Runs of blocks taken from a shared counter, so that a thread slowed down (a shared machine)
+    // leaves its work to the others; blocks are independent, so results do not depend on which
+    // thread takes a run. Runs of up to 1024 blocks (256K elements) keep the kernel's per-call
+    // setup (its register tables) negligible.
+    const int64_t run = std::clamp<int64_t>(blocks_ / (int64_t{8} * std::max(threads_, 1)), 16, 1024);
+    std::atomic<int64_t> next{0};
+    parallel_for(std::min<int64_t>(threads_, (blocks_ + run - 1) / run), threads_, 1, [&](int64_t, int64_t) {
+      int64_t run_skipped = 0;
+      for (int64_t b = next.fetch_add(run, std::memory_order_relaxed); b < blocks_;
+           b = next.fetch_add(run, std::memory_order_relaxed)) {
+        run_skipped += kernel(a, b, std::min(blocks_, b + run));
+      }
+      skipped.fetch_add(run_skipped, std::memory_order_relaxed);
     });
   } else {
     // Any other layout: each block is gathered into contiguous buffers, updated, scattered back.
