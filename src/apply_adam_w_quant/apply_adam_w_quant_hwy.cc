@@ -504,6 +504,8 @@ struct Search16Tables {
   __m512i t1;                          // level 1, broadcast
   __m512i t2, t3, t4, t5, t6, t7[2], t8[4];  // 16-bit entries by bit-reversed path
   BytePlanes thr;                      // thr[bitrev(r)] by path r (NaN past the thresholds)
+  BytePlanes q;                        // the map by code (for the sign fix)
+  bool sign_fix;
   __m512i code0[4], code1[4];          // first[bitrev(r)], first[bitrev(r) + 1]
 };
 
@@ -514,9 +516,16 @@ inline uint32_t BucketKey(float f) {
   return key == 0x7fffffffu ? 0x80000000u : key;  // -0 as +0
 }
 
-// False when two thresholds share a bucket or the sign fix can act (then the 32-bit search runs).
+// Whether no two thresholds share a bucket (the 16-bit search applies).
+inline bool DistinctBuckets(const QuantMapTables &t) {
+  for (int k = 1; k < t.distinct - 1; ++k) {
+    if ((BucketKey(t.thr[k]) >> 16) == (BucketKey(t.thr[k - 1]) >> 16)) return false;
+  }
+  return true;
+}
+
+// False when two thresholds share a bucket (then the 32-bit search runs).
 FUSEKIT_AWQ_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Tables *s) {
-  if (t.sign_fix) return false;
   const int d = t.distinct - 1;  // real thresholds
   alignas(64) uint16_t h[256];
   for (int k = 0; k < 256; ++k) h[k] = k < d ? static_cast<uint16_t>(BucketKey(t.thr[k]) >> 16) : 0xffff;
@@ -552,6 +561,8 @@ FUSEKIT_AWQ_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Table
     c1[r] = static_cast<uint8_t>(t.first[std::min(c + 1, 255)]);
   }
   MakePlanes(thr_rev, &s->thr);
+  s->sign_fix = t.sign_fix;
+  if (t.sign_fix) MakePlanes(t.q, &s->q);
   for (int k = 0; k < 4; ++k) {
     s->code0[k] = _mm512_load_si512(c0 + 64 * k);
     s->code1[k] = _mm512_load_si512(c1 + 64 * k);
@@ -595,6 +606,7 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], co
 
 // A full block's codes for both maps by the 16-bit search; x (the quotients, NaN and -0 as +0)
 // overwrite the moments in mom_m / mom_v.
+template <bool kSignFix>
 FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Search16Tables &sv, float *mom_m,
                                               float *mom_v, __m512 vdiv_m, __m512 vdiv_v, uint8_t *out_m,
                                               uint8_t *out_v) {
@@ -652,12 +664,30 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Se
                                                 _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
       const __m512i c1 = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
                                                 _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
-      _mm512_storeu_si512(out[p] + j0, _mm512_mask_blend_epi8(up, c0, c1));
+      __m512i code = _mm512_mask_blend_epi8(up, c0, c1);
+      if (kSignFix && s.sign_fix) {
+        // x * q[code] < 0 (as the reference computes it): one step toward x's sign, clamped.
+        __m512 qc[4];
+        Dequant64(s.q, code, qc);
+        uint64_t need = 0, pos = 0;
+        for (int k = 0; k < 4; ++k) {
+          const __m512 x = _mm512_load_ps(mom[p] + j0 + 16 * k);
+          need |= static_cast<uint64_t>(_cvtmask16_u32(_mm512_cmp_ps_mask(_mm512_mul_ps(x, qc[k]), _mm512_setzero_ps(), _CMP_LT_OQ)))
+                  << (16 * k);
+          pos |= static_cast<uint64_t>(_cvtmask16_u32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ))) << (16 * k);
+        }
+        const __m512i one = _mm512_set1_epi8(1);
+        code = _mm512_mask_adds_epu8(code, _cvtu64_mask64(need & pos), code, one);
+        code = _mm512_mask_subs_epu8(code, _cvtu64_mask64(need & ~pos), code, one);
+      }
+      _mm512_storeu_si512(out[p] + j0, code);
     }
   }
 }
 
-template <typename T>
+// kCodes: 0: the 32-bit search; 1: the 16-bit search; 2: the 16-bit search and m's sign fix (each
+// its own instantiation: a branch for an unused step made GCC allocate the hot loops worse).
+template <typename T, int kCodes>
 FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
   auto *var = static_cast<T *>(a.var);
@@ -667,8 +697,10 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
   MakePlanes(a.map_v.q, &pv);
   SearchTables search_m, search_v;
   Search16Tables s16_m, s16_v;
-  const bool use16 = MakeSearch16(a.map_m, &s16_m) && MakeSearch16(a.map_v, &s16_v);
-  if (!use16) {
+  if (kCodes > 0) {
+    (void)MakeSearch16(a.map_m, &s16_m);
+    (void)MakeSearch16(a.map_v, &s16_v);
+  } else {
     MakeSearch(a.map_m, &search_m);
     MakeSearch(a.map_v, &search_v);
   }
@@ -724,13 +756,21 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
     const float div_v = max_v == 0.0f ? 1.0f : max_v;
     const __m512 vdiv_m = _mm512_set1_ps(div_m), vdiv_v = _mm512_set1_ps(div_v);
-    if (use16) {
-      BlockCodes16(s16_m, s16_v, m_new, v_new, vdiv_m, vdiv_v, a.m + lo, a.v + lo);
+    if (kCodes > 0) {
+      BlockCodes16<kCodes == 2>(s16_m, s16_v, m_new, v_new, vdiv_m, vdiv_v, a.m + lo, a.v + lo);
     } else {
       BlockCodes2(df, a, search_m, search_v, m_new, v_new, vdiv_m, vdiv_v, lo);
     }
   }
   return skipped;
+}
+
+template <typename T>
+int64_t FastBlocksAuto(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  if (DistinctBuckets(a.map_m) && DistinctBuckets(a.map_v)) {
+    return a.map_m.sign_fix ? FastBlocks<T, 2>(a, begin, end) : FastBlocks<T, 1>(a, begin, end);
+  }
+  return FastBlocks<T, 0>(a, begin, end);
 }
 
 inline bool HaveVbmi() {
@@ -746,9 +786,9 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 #if FUSEKIT_AWQ_FAST
   if (HaveVbmi()) {
     switch (a.dtype) {
-      case DType::kFloat16: return FastBlocks<float16_t>(a, begin, end);
-      case DType::kBFloat16: return FastBlocks<bfloat16_t>(a, begin, end);
-      default: return FastBlocks<float>(a, begin, end);
+      case DType::kFloat16: return FastBlocksAuto<float16_t>(a, begin, end);
+      case DType::kBFloat16: return FastBlocksAuto<bfloat16_t>(a, begin, end);
+      default: return FastBlocksAuto<float>(a, begin, end);
     }
   }
 #endif
