@@ -858,6 +858,15 @@ int64_t AdamWElements(const AdamWArgs &a, int64_t begin, int64_t end) {
 
 const char *TargetName() { return hwy::TargetName(HWY_TARGET); }
 
+// Whether AdamWQuantBlocks reads the lookup tables (packed or count table) of QuantMapTables.
+bool UsesTables() {
+#if FUSEKIT_AWQ_FAST
+  return !HaveVbmi();
+#else
+  return true;
+#endif
+}
+
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -867,6 +876,7 @@ namespace fusekit {
 HWY_EXPORT(AdamWQuantBlocks);
 HWY_EXPORT(AdamWElements);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(UsesTables);
 
 namespace {
 void init_targets() {
@@ -886,6 +896,10 @@ AdamWElementsFn adam_w_elements_optimized() {
 const char *adam_w_quant_optimized_target() {
   init_targets();
   return HWY_DYNAMIC_DISPATCH(TargetName)();
+}
+bool adam_w_quant_optimized_uses_tables() {
+  init_targets();
+  return HWY_DYNAMIC_DISPATCH(UsesTables)();
 }
 
 }  // namespace fusekit

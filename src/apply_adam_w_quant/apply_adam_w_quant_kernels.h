@@ -78,6 +78,9 @@ using AdamWQuantBlocksFn = int64_t (*)(const AdamWQuantArgs &args, int64_t begin
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin, int64_t end);
 AdamWQuantBlocksFn adam_w_quant_blocks_optimized();
 FUSEKIT_API const char *adam_w_quant_optimized_target();
+// Whether the optimized kernel, as dispatched now, reads the lookup tables (packed or count table);
+// the AVX-512 VBMI kernel does not, so phase two need not build them for it.
+bool adam_w_quant_optimized_uses_tables();
 
 // The reference search (also used to build the table): #{k : thr[k] <= x} over K - 1 thresholds.
 int quant_count_reference(const QuantMapTables &t, float x);

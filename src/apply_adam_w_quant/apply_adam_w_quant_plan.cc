@@ -319,8 +319,11 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
 
   auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
   AdamWQuantArgs a;
-  build_quant_tables(qmap_m_.as<const float>(), qmap_m_.strides[0], true, use_table_, base, &a.map_m);
-  build_quant_tables(qmap_v_.as<const float>(), qmap_v_.strides[0], false, use_table_,
+  // The lookup tables (256 KiB each) only where the dispatched kernel reads them; the workspace
+  // layout stays as sized in phase one.
+  const bool tables = use_table_ && adam_w_quant_optimized_uses_tables();
+  build_quant_tables(qmap_m_.as<const float>(), qmap_m_.strides[0], true, tables, base, &a.map_m);
+  build_quant_tables(qmap_v_.as<const float>(), qmap_v_.strides[0], false, tables,
                      base + quant_tables_bytes(use_table_), &a.map_v);
   const Scalars s = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_);
   a.var = var_.data;
