@@ -68,4 +68,64 @@ void write_stats(const std::string &dir, const std::map<std::string, std::string
   }
 }
 
+namespace {
+size_t acl_dtype_size(aclDataType dt) {
+  switch (dt) {
+    case ACL_FLOAT:
+    case ACL_INT32:
+    case ACL_UINT32:
+      return 4;
+    case ACL_FLOAT16:
+    case ACL_BF16:
+    case ACL_INT16:
+    case ACL_UINT16:
+      return 2;
+    case ACL_INT64:
+    case ACL_UINT64:
+    case ACL_DOUBLE:
+      return 8;
+    default:
+      return 1;
+  }
+}
+}  // namespace
+
+DeviceTensor upload(const std::vector<char> &host, const std::vector<int64_t> &shape,
+                    aclDataType dt) {
+  size_t n = 1;
+  for (int64_t s : shape) n *= static_cast<size_t>(s);
+  if (host.size() != n * acl_dtype_size(dt)) {
+    die("input of " + std::to_string(host.size()) + " bytes does not match its shape of " +
+        std::to_string(n) + " elements");
+  }
+  DeviceTensor t;
+  t.bytes = host.size();
+  if (aclrtMalloc(&t.ptr, t.bytes > 0 ? t.bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  if (t.bytes > 0 &&
+      aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND,
+                             shape.data(), shape.size(), t.ptr);
+  if (t.tensor == nullptr) die(aclGetRecentErrMsg());
+  return t;
+}
+
+std::vector<char> download(const DeviceTensor &t) {
+  std::vector<char> host(t.bytes);
+  if (t.bytes > 0 && aclrtMemcpy(host.data(), host.size(), t.ptr, t.bytes,
+                                 ACL_MEMCPY_DEVICE_TO_HOST) != ACL_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
+  return host;
+}
+
+void release(DeviceTensor &t) {
+  if (t.tensor != nullptr) aclDestroyTensor(t.tensor);
+  if (t.ptr != nullptr) aclrtFree(t.ptr);
+  t = DeviceTensor();
+}
+
 }  // namespace fusekit::tools

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "acl/acl.h"
+
 namespace fusekit::tools {
 
 // Reads a whole raw binary file; exits with a message when it cannot.
@@ -31,6 +33,21 @@ class Params {
 void write_stats(const std::string &dir, const std::map<std::string, std::string> &stats);
 
 [[noreturn]] void die(const std::string &message);
+
+// A tensor in "device" memory (aclrtMalloc, HUGE_FIRST) with its aclTensor: what the seed's
+// single-operator programs hand the operators.
+struct DeviceTensor {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+  aclTensor *tensor = nullptr;
+};
+
+// Copies a host buffer to device memory and describes it as a contiguous ND tensor of `shape`;
+// exits with a message when the buffer's size does not match the shape and dtype.
+DeviceTensor upload(const std::vector<char> &host, const std::vector<int64_t> &shape,
+                    aclDataType dt);
+std::vector<char> download(const DeviceTensor &t);
+void release(DeviceTensor &t);
 
 }  // namespace fusekit::tools
 

@@ -12,43 +12,9 @@
 
 using fusekit::tools::die;
 
-namespace {
-
-struct DeviceTensor {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  aclTensor *tensor = nullptr;
-};
-
-DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt,
-                    size_t esize) {
-  size_t n = 1;
-  for (int64_t s : shape) n *= static_cast<size_t>(s);
-  if (host.size() != n * esize)
-    die("input size " + std::to_string(host.size()) + " does not match its shape");
-  DeviceTensor t;
-  t.bytes = host.size();
-  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
-    die(aclGetRecentErrMsg());
-  if (aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
-    die(aclGetRecentErrMsg());
-  }
-  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND,
-                             shape.data(), shape.size(), t.ptr);
-  if (t.tensor == nullptr) die(aclGetRecentErrMsg());
-  return t;
-}
-
-std::vector<char> download(const DeviceTensor &t) {
-  std::vector<char> host(t.bytes);
-  if (aclrtMemcpy(host.data(), host.size(), t.ptr, t.bytes, ACL_MEMCPY_DEVICE_TO_HOST) !=
-      ACL_SUCCESS) {
-    die(aclGetRecentErrMsg());
-  }
-  return host;
-}
-
-}  // namespace
+using fusekit::tools::DeviceTensor;
+using fusekit::tools::download;
+using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
   if (argc != 2) die("usage: run_add_lora <dir>");
@@ -67,14 +33,14 @@ int main(int argc, char **argv) {
   if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
 
   const std::string in = dir + "/input/";
-  DeviceTensor x = upload(fusekit::tools::read_bin(in + "x.bin"), {B, H1}, dt, es);
-  DeviceTensor y = upload(fusekit::tools::read_bin(in + "y.bin"), {B, H3}, dt, es);
-  DeviceTensor wa = upload(fusekit::tools::read_bin(in + "weightA.bin"), {W, L, R, H1}, dt, es);
-  DeviceTensor wb = upload(fusekit::tools::read_bin(in + "weightB.bin"), {W, L, H2, R}, dt, es);
-  DeviceTensor idx = upload(fusekit::tools::read_bin(in + "indices.bin"), {B}, ACL_INT32, 4);
-  DeviceTensor out = upload(
-      std::vector<char>(static_cast<size_t>(B * H3) * es, static_cast<char>(0xff)), {B, H3}, dt,
-      es);  // NaN everywhere: an unwritten element fails the check
+  DeviceTensor x = upload(fusekit::tools::read_bin(in + "x.bin"), {B, H1}, dt);
+  DeviceTensor y = upload(fusekit::tools::read_bin(in + "y.bin"), {B, H3}, dt);
+  DeviceTensor wa = upload(fusekit::tools::read_bin(in + "weightA.bin"), {W, L, R, H1}, dt);
+  DeviceTensor wb = upload(fusekit::tools::read_bin(in + "weightB.bin"), {W, L, H2, R}, dt);
+  DeviceTensor idx = upload(fusekit::tools::read_bin(in + "indices.bin"), {B}, ACL_INT32);
+  DeviceTensor out =
+      upload(std::vector<char>(static_cast<size_t>(B * H3) * es, static_cast<char>(0xff)), {B, H3},
+             dt);  // NaN everywhere: an unwritten element fails the check
 
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t ws_size = 0;
@@ -113,8 +79,7 @@ int main(int argc, char **argv) {
                           " W=" + std::to_string(W) + " " + dtype},
             {"workspace_bytes", std::to_string(ws_size)}});
   for (auto *t : {&x, &y, &wa, &wb, &idx, &out}) {
-    aclDestroyTensor(t->tensor);
-    aclrtFree(t->ptr);
+    fusekit::tools::release(*t);
   }
   if (ws != nullptr) aclrtFree(ws);
   aclrtDestroyStream(stream);

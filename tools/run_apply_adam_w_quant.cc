@@ -12,29 +12,9 @@
 
 using fusekit::tools::die;
 
-namespace {
-
-struct DeviceTensor {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  aclTensor *tensor = nullptr;
-};
-
-DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt) {
-  DeviceTensor t;
-  t.bytes = host.size();
-  if (aclrtMalloc(&t.ptr, t.bytes > 0 ? t.bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
-  if (t.bytes > 0 &&
-      aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
-    die(aclGetRecentErrMsg());
-  }
-  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(), shape.size(),
-                             t.ptr);
-  if (t.tensor == nullptr) die(aclGetRecentErrMsg());
-  return t;
-}
-
-}  // namespace
+using fusekit::tools::DeviceTensor;
+using fusekit::tools::download;
+using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
   if (argc != 2) die("usage: run_apply_adam_w_quant <dir>");
@@ -43,13 +23,17 @@ int main(int argc, char **argv) {
   const int64_t rows = p.integer("rows"), cols = p.integer("cols"), n = rows * cols;
   const int64_t blocks = (n + 255) / 256;
   const std::string dtype = p.str("dtype");
-  const aclDataType dt = dtype == "float16" ? ACL_FLOAT16 : dtype == "bfloat16" ? ACL_BF16 : ACL_FLOAT;
+  const aclDataType dt = dtype == "float16"    ? ACL_FLOAT16
+                         : dtype == "bfloat16" ? ACL_BF16
+                                               : ACL_FLOAT;
   const double elem = dtype == "float32" ? 4.0 : 2.0;
   if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
   aclrtStream stream = nullptr;
   if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
 
-  auto in = [&](const char *name) { return fusekit::tools::read_bin(dir + "/input/" + name + ".bin"); };
+  auto in = [&](const char *name) {
+    return fusekit::tools::read_bin(dir + "/input/" + name + ".bin");
+  };
   DeviceTensor var = upload(in("var"), {rows, cols}, dt);
   DeviceTensor grad = upload(in("grad"), {rows, cols}, dt);
   DeviceTensor m = upload(in("m"), {rows, cols}, ACL_UINT8);
@@ -64,16 +48,18 @@ int main(int argc, char **argv) {
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t ws_size = 0;
   aclOpExecutor *executor = nullptr;
-  if (aclnnApplyAdamWQuantGetWorkspaceSize(var.tensor, grad.tensor, m.tensor, v.tensor, qm.tensor, qv.tensor,
-                                           am.tensor, av.tensor, step.tensor, p.num("lr"), p.num("beta1"),
-                                           p.num("beta2"), p.num("weight_decay"), p.num("eps"),
-                                           p.num("gnorm_scale"), mode, 256, &ws_size, &executor) != ACLNN_SUCCESS) {
+  if (aclnnApplyAdamWQuantGetWorkspaceSize(
+          var.tensor, grad.tensor, m.tensor, v.tensor, qm.tensor, qv.tensor, am.tensor, av.tensor,
+          step.tensor, p.num("lr"), p.num("beta1"), p.num("beta2"), p.num("weight_decay"),
+          p.num("eps"), p.num("gnorm_scale"), mode, 256, &ws_size, &executor) != ACLNN_SUCCESS) {
     die(aclGetRecentErrMsg());
   }
   void *ws = nullptr;
-  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
+    die(aclGetRecentErrMsg());
   const auto t1 = std::chrono::steady_clock::now();
-  if (aclnnApplyAdamWQuant(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
+  if (aclnnApplyAdamWQuant(ws, ws_size, executor, stream) != ACLNN_SUCCESS)
+    die(aclGetRecentErrMsg());
   if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
   const auto t2 = std::chrono::steady_clock::now();
   const std::string warning = aclGetRecentErrMsg();  // the skipped-block count, if any
@@ -84,14 +70,16 @@ int main(int argc, char **argv) {
       {&var, "var"}, {&m, "m"}, {&v, "v"}, {&am, "absmax_m"}, {&av, "absmax_v"}};
   for (const auto &[t, name] : outs) {
     std::vector<char> host(t->bytes);
-    if (t->bytes > 0) aclrtMemcpy(host.data(), host.size(), t->ptr, t->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+    if (t->bytes > 0)
+      aclrtMemcpy(host.data(), host.size(), t->ptr, t->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
     fusekit::tools::write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
   }
   char time_ms[32], rate[32], plan_ms[32], shape[96];
-  std::snprintf(shape, sizeof shape, "[%lld, %lld] %s", static_cast<long long>(rows), static_cast<long long>(cols),
-                dtype.c_str());
+  std::snprintf(shape, sizeof shape, "[%lld, %lld] %s", static_cast<long long>(rows),
+                static_cast<long long>(cols), dtype.c_str());
   std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
-  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", std::chrono::duration<double>(t1 - t0).count() * 1e3);
+  std::snprintf(plan_ms, sizeof plan_ms, "%.3f",
+                std::chrono::duration<double>(t1 - t0).count() * 1e3);
   std::snprintf(rate, sizeof rate, "%.2f GB/s", bytes / run_s * 1e-9);
   fusekit::tools::write_stats(dir, {{"time_ms", time_ms},
                                     {"phase_one_ms", plan_ms},
@@ -99,9 +87,8 @@ int main(int argc, char **argv) {
                                     {"shape", shape},
                                     {"workspace_bytes", std::to_string(ws_size)},
                                     {"message", warning.empty() ? "-" : warning}});
-  for (const auto *t : {&var, &grad, &m, &v, &qm, &qv, &am, &av, &step}) {
-    aclDestroyTensor(t->tensor);
-    aclrtFree(t->ptr);
+  for (auto *t : {&var, &grad, &m, &v, &qm, &qv, &am, &av, &step}) {
+    fusekit::tools::release(*t);
   }
   if (ws != nullptr) aclrtFree(ws);
   aclrtDestroyStream(stream);

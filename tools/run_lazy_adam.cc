@@ -11,29 +11,9 @@
 
 using fusekit::tools::die;
 
-namespace {
-
-struct DeviceTensor {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  aclTensor *tensor = nullptr;
-};
-
-DeviceTensor upload(const std::vector<char> &host, std::vector<int64_t> shape, aclDataType dt) {
-  DeviceTensor t;
-  t.bytes = host.size();
-  if (aclrtMalloc(&t.ptr, t.bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
-    die(aclGetRecentErrMsg());
-  if (aclrtMemcpy(t.ptr, t.bytes, host.data(), t.bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) {
-    die(aclGetRecentErrMsg());
-  }
-  t.tensor = aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND,
-                             shape.data(), shape.size(), t.ptr);
-  if (t.tensor == nullptr) die(aclGetRecentErrMsg());
-  return t;
-}
-
-}  // namespace
+using fusekit::tools::DeviceTensor;
+using fusekit::tools::download;
+using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
   if (argc != 2) die("usage: run_lazy_adam <dir>");
@@ -91,8 +71,7 @@ int main(int argc, char **argv) {
                                                   std::to_string(n) + " D=" + std::to_string(dim)},
                                     {"workspace_bytes", std::to_string(ws_size)}});
   for (auto *t : {&grad, &idx, &m, &v, &var, &lr}) {
-    aclDestroyTensor(t->tensor);
-    aclrtFree(t->ptr);
+    fusekit::tools::release(*t);
   }
   if (ws != nullptr) aclrtFree(ws);
   aclrtDestroyStream(stream);
