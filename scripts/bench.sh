@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -UFUSEKIT_OPS >/dev/null  # every operator
 cmake --build build -j "$(nproc)"
 mkdir -p out/bench
 for b in build/benchmarks/*_bench; do

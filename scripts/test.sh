@@ -14,6 +14,6 @@ if [ "${1:-}" = "--sanitize" ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
-cmake -S . -B "$build" -G Ninja -DFUSEKIT_WERROR=ON "${extra[@]}" >/dev/null
+cmake -S . -B "$build" -G Ninja -DFUSEKIT_WERROR=ON -UFUSEKIT_OPS "${extra[@]}" >/dev/null  # every operator
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" -j "$(nproc)" --output-on-failure
