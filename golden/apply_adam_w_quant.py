@@ -23,6 +23,10 @@ SIZES = {
     "large": ((8192, 8192), "float32", "dynamic"),     # 67M: the benchmark's size
 }
 
+# The main job's size: 16.8M elements, large enough for a meaningful speed (the seed example's own
+# [1, 256] runs in the tests).
+DEFAULT_SIZE = "medium"
+
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 

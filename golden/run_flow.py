@@ -22,11 +22,13 @@ def main():
     ap.add_argument("op")
     ap.add_argument("--build", default="build")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--size", default="seed")
+    ap.add_argument("--size", default="default")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     out = args.out or os.path.join("out", args.op)
     mod = importlib.import_module(f"golden.{args.op}")
+    if args.size == "default":  # the main job's size: the operator's choice, else the seed's shape
+        args.size = getattr(mod, "DEFAULT_SIZE", "seed")
     os.makedirs(os.path.join(out, "output"), exist_ok=True)
 
     t0 = time.time()
