@@ -13,18 +13,12 @@ namespace {
 
 constexpr const char *kOp = "aclnnAddLora";
 
-// The C++ API names itself "AddLora"; on this path messages carry the aclnn name.
-Status renamed(Status s) {
-  if (s.ok() || s.message().rfind("AddLora:", 0) != 0) return s;
-  return Status(s.code(), std::string("aclnn") + s.message());
-}
-
 class AddLoraExecutor final : public aclOpExecutor {
  public:
   explicit AddLoraExecutor(const AddLora &plan) : aclOpExecutor(kOp), plan_(plan) {}
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
   Status execute(void *workspace, uint64_t workspace_size, std::string * /*warning*/) override {
-    return renamed(plan_.run(workspace, workspace_size));
+    return with_aclnn_name(plan_.run(workspace, workspace_size), "AddLora");
   }
 
  private:
@@ -57,7 +51,7 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
     options.scale = scale;
     options.y_offset = yOffset;
     options.y_slice_size = ySliceSize;
-    st = renamed(AddLora::plan(vy, vx, vb, vi, va, vo, options, &plan));
+    st = with_aclnn_name(AddLora::plan(vy, vx, vb, vi, va, vo, options, &plan), "AddLora");
   }
   std::unique_ptr<aclOpExecutor> ex;
   if (st.ok()) ex = std::make_unique<AddLoraExecutor>(plan);

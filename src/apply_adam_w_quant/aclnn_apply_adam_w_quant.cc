@@ -15,12 +15,6 @@ namespace {
 
 constexpr const char *kOp = "aclnnApplyAdamWQuant";
 
-// The C++ API names itself "ApplyAdamWQuant"; on this path messages carry the aclnn name.
-Status renamed(Status s) {
-  if (s.ok() || s.message().rfind("ApplyAdamWQuant:", 0) != 0) return s;
-  return Status(s.code(), std::string("aclnn") + s.message());
-}
-
 class ApplyAdamWQuantExecutor final : public aclOpExecutor {
  public:
   ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const TensorView &step)
@@ -29,10 +23,12 @@ class ApplyAdamWQuantExecutor final : public aclOpExecutor {
   Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
     const int64_t step = *step_.as<const int64_t>();  // read when phase two runs
     ApplyAdamWQuantStats stats;
-    Status st = renamed(plan_.run(step, workspace, workspace_size, &stats));
+    Status st =
+        with_aclnn_name(plan_.run(step, workspace, workspace_size, &stats), "ApplyAdamWQuant");
     if (st.ok() && stats.blocks_skipped_nonfinite > 0) {
-      *warning = str_cat(kOp, ": warning: ", stats.blocks_skipped_nonfinite, " of ", plan_.num_blocks(),
-                         " blocks were left unchanged because their gradient is not finite");
+      *warning =
+          str_cat(kOp, ": warning: ", stats.blocks_skipped_nonfinite, " of ", plan_.num_blocks(),
+                  " blocks were left unchanged because their gradient is not finite");
     }
     return st;
   }
@@ -48,10 +44,11 @@ class ApplyAdamWQuantExecutor final : public aclOpExecutor {
 using namespace fusekit;
 
 extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
-    aclTensor *varRef, const aclTensor *grad, aclTensor *mRef, aclTensor *vRef, const aclTensor *qmapM,
-    const aclTensor *qmapV, aclTensor *absmaxMRef, aclTensor *absmaxVRef, const aclTensor *step, double lr,
-    double beta1, double beta2, double weightDecay, double eps, double gnormScale, char *quantModeOptional,
-    int64_t blockSize, uint64_t *workspaceSize, aclOpExecutor **executor) {
+    aclTensor *varRef, const aclTensor *grad, aclTensor *mRef, aclTensor *vRef,
+    const aclTensor *qmapM, const aclTensor *qmapV, aclTensor *absmaxMRef, aclTensor *absmaxVRef,
+    const aclTensor *step, double lr, double beta1, double beta2, double weightDecay, double eps,
+    double gnormScale, char *quantModeOptional, int64_t blockSize, uint64_t *workspaceSize,
+    aclOpExecutor **executor) {
   TensorView var, g, m, v, qm, qv, am, av, s;
   Status st = view_of(varRef, kOp, "varRef", &var);
   if (st.ok()) st = view_of(grad, kOp, "grad", &g);
@@ -62,10 +59,12 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
   if (st.ok()) st = view_of(absmaxMRef, kOp, "absmaxMRef", &am);
   if (st.ok()) st = view_of(absmaxVRef, kOp, "absmaxVRef", &av);
   if (st.ok()) st = view_of(step, kOp, "step", &s);
-  if (st.ok() && workspaceSize == nullptr) st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+  if (st.ok() && workspaceSize == nullptr)
+    st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
   if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
   if (st.ok() && (s.dtype != DType::kInt64 || s.ndim != 1 || s.shape[0] != 1)) {
-    st = Status::Invalid(str_cat(kOp, ": step must be int64 [1], got ", dtype_name(s.dtype), " ", s.shape_string()));
+    st = Status::Invalid(
+        str_cat(kOp, ": step must be int64 [1], got ", dtype_name(s.dtype), " ", s.shape_string()));
   }
   if (st.ok() && s.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": step has no data"));
   if (st.ok() && blockSize != kAdamWQuantBlockSize) {
@@ -79,7 +78,8 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     const std::pair<const TensorView *, const char *> outs[] = {
         {&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}};
     for (const auto &[t, name] : outs) {
-      if (st.ok() && t->overlaps(s)) st = Status::Invalid(str_cat(kOp, ": step and ", name, " overlap in memory"));
+      if (st.ok() && t->overlaps(s))
+        st = Status::Invalid(str_cat(kOp, ": step and ", name, " overlap in memory"));
     }
   }
   ApplyAdamWQuant plan;
@@ -92,14 +92,15 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     options.eps = eps;
     options.gnorm_scale = gnormScale;
     options.block_size = blockSize;
-    st = renamed(ApplyAdamWQuant::plan(var, g, m, v, qm, qv, am, av, options, &plan));
+    st = with_aclnn_name(ApplyAdamWQuant::plan(var, g, m, v, qm, qv, am, av, options, &plan),
+                         "ApplyAdamWQuant");
   }
   std::unique_ptr<aclOpExecutor> ex;
   if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, s);
   return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
 }
 
-extern "C" aclnnStatus aclnnApplyAdamWQuant(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-                                            aclrtStream stream) {
+extern "C" aclnnStatus aclnnApplyAdamWQuant(void *workspace, uint64_t workspaceSize,
+                                            aclOpExecutor *executor, aclrtStream stream) {
   return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
 }

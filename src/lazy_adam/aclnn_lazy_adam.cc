@@ -14,12 +14,6 @@ namespace {
 
 constexpr const char *kOp = "aclnnLazyAdam";
 
-// The C++ API names itself "LazyAdam"; on this path messages carry the aclnn name.
-Status renamed(Status s) {
-  if (s.ok() || s.message().rfind("LazyAdam:", 0) != 0) return s;
-  return Status(s.code(), std::string("aclnn") + s.message());
-}
-
 class LazyAdamExecutor final : public aclOpExecutor {
  public:
   LazyAdamExecutor(const LazyAdam &plan, const TensorView &lr)
@@ -28,7 +22,7 @@ class LazyAdamExecutor final : public aclOpExecutor {
   Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
     const float lr = *lr_.as<const float>();  // read when phase two runs
     LazyAdamStats stats;
-    Status st = renamed(plan_.run(lr, workspace, workspace_size, &stats));
+    Status st = with_aclnn_name(plan_.run(lr, workspace, workspace_size, &stats), "LazyAdam");
     if (st.ok() && stats.rows_skipped_nonfinite > 0) {
       *warning = str_cat(kOp, ": warning: ", stats.rows_skipped_nonfinite,
                          " rows were left unchanged because their gradient is not finite");
@@ -71,7 +65,7 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
     options.beta1 = beta1;
     options.beta2 = beta2;
     options.epsilon = epsilon;
-    st = renamed(LazyAdam::plan(g, i, m, v, var, options, &plan));
+    st = with_aclnn_name(LazyAdam::plan(g, i, m, v, var, options, &plan), "LazyAdam");
   }
   std::unique_ptr<aclOpExecutor> ex;
   if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, l);

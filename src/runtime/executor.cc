@@ -8,6 +8,12 @@
 
 namespace fusekit {
 
+Status with_aclnn_name(Status status, const char *cpp_op) {
+  const std::string prefix = std::string(cpp_op) + ":";
+  if (status.ok() || status.message().rfind(prefix, 0) != 0) return status;
+  return Status(status.code(), "aclnn" + status.message());
+}
+
 aclnnStatus report(const Status &status) {
   if (!status.ok()) set_last_message(status.message());
   return status.raw_code();

@@ -31,6 +31,10 @@ struct aclOpExecutor {
 
 namespace fusekit {
 
+// The C++ API's messages start with its own name ("LazyAdam: ..."); on the aclnn path they carry
+// the aclnn name ("aclnnLazyAdam: ..."). Returns the status with that prefix.
+Status with_aclnn_name(Status status, const char *cpp_op);
+
 // Records the message of a failed status and returns its aclnn code.
 aclnnStatus report(const Status &status);
 
