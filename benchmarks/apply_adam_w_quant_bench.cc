@@ -4,7 +4,10 @@
 // (benchmarks/common/ceilings.h). Beside it, on the same tensor:
 //   - AdamW (float32 m and v): the fused 32-bit step the 8-bit one replaces, 28 bytes per element;
 //     the 8-bit step should take no longer;
-//   - the 8-bit step with the nearest code found by 8-step binary search instead of the table.
+//   - the 8-bit step with the nearest code found by 8-step binary search instead of the table;
+//   - the arithmetic floors (common/adam_arithmetic.h): the least time the multiplies, adds, square
+//     root and divisions of each step take on this machine for the same 64M elements, with no
+//     memory traffic, codes or maxima: a step cannot run faster than its floor.
 // Buffers come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -13,15 +16,16 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/adam_arithmetic.h"
 #include "common/ceilings.h"
 #include "fusekit/apply_adam_w_quant.h"
 #include "fusekit/float16.h"
 
 namespace {
 
-using fusekit::bench::DeviceBuffer;
 using fusekit::DType;
 using fusekit::TensorView;
+using fusekit::bench::DeviceBuffer;
 
 constexpr int64_t kN = int64_t{64} << 20;
 
@@ -35,11 +39,20 @@ void fill(void *p, DType t, int64_t n, uint64_t seed, float scale) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       const float f = scale * (static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f);
       switch (t) {
-        case DType::kFloat32: static_cast<float *>(p)[i] = f; break;
-        case DType::kFloat16: static_cast<uint16_t *>(p)[i] = fusekit::float_to_half_bits(f); break;
-        case DType::kBFloat16: static_cast<uint16_t *>(p)[i] = fusekit::float_to_bf16_bits(f); break;
-        case DType::kUInt8: static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(x >> 56); break;
-        default: break;
+        case DType::kFloat32:
+          static_cast<float *>(p)[i] = f;
+          break;
+        case DType::kFloat16:
+          static_cast<uint16_t *>(p)[i] = fusekit::float_to_half_bits(f);
+          break;
+        case DType::kBFloat16:
+          static_cast<uint16_t *>(p)[i] = fusekit::float_to_bf16_bits(f);
+          break;
+        case DType::kUInt8:
+          static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(x >> 56);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -48,7 +61,8 @@ void fill(void *p, DType t, int64_t n, uint64_t seed, float scale) {
 struct QuantData {
   DType dtype;
   DeviceBuffer var, grad, m, v, absmax_m, absmax_v;
-  std::array<float, 256> qm = fusekit::create_dynamic_map(true), qv = fusekit::create_dynamic_map(false);
+  std::array<float, 256> qm = fusekit::create_dynamic_map(true),
+                         qv = fusekit::create_dynamic_map(false);
   explicit QuantData(DType t)
       : dtype(t),
         var(static_cast<size_t>(kN) * fusekit::dtype_size(t)),
@@ -66,7 +80,9 @@ struct QuantData {
       absmax_v.as<float>()[b] = 1e-4f;
     }
   }
-  TensorView flat(const DeviceBuffer &b, DType t, int64_t n) const { return TensorView::contiguous(b.ptr, t, &n, 1); }
+  TensorView flat(const DeviceBuffer &b, DType t, int64_t n) const {
+    return TensorView::contiguous(b.ptr, t, &n, 1);
+  }
 };
 
 void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch search) {
@@ -76,8 +92,9 @@ void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch s
   o.search = search;
   fusekit::ApplyAdamWQuant plan;
   const fusekit::Status st = fusekit::ApplyAdamWQuant::plan(
-      d.flat(d.var, t, kN), d.flat(d.grad, t, kN), d.flat(d.m, DType::kUInt8, kN), d.flat(d.v, DType::kUInt8, kN),
-      TensorView::of(d.qm.data(), {256}), TensorView::of(d.qv.data(), {256}), d.flat(d.absmax_m, DType::kFloat32, kN / 256),
+      d.flat(d.var, t, kN), d.flat(d.grad, t, kN), d.flat(d.m, DType::kUInt8, kN),
+      d.flat(d.v, DType::kUInt8, kN), TensorView::of(d.qm.data(), {256}),
+      TensorView::of(d.qv.data(), {256}), d.flat(d.absmax_m, DType::kFloat32, kN / 256),
       d.flat(d.absmax_v, DType::kFloat32, kN / 256), o, &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
@@ -95,8 +112,8 @@ void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch s
 }
 
 void BM_AdamW(benchmark::State &state) {
-  DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4), m(static_cast<size_t>(kN) * 4),
-      v(static_cast<size_t>(kN) * 4);
+  DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4),
+      m(static_cast<size_t>(kN) * 4), v(static_cast<size_t>(kN) * 4);
   fill(var.ptr, DType::kFloat32, kN, 1, 1.0f);
   fill(grad.ptr, DType::kFloat32, kN, 2, 0.01f);
   fill(m.ptr, DType::kFloat32, kN, 3, 0.001f);
@@ -107,10 +124,11 @@ void BM_AdamW(benchmark::State &state) {
   o.weight_decay = 0.01;
   fusekit::AdamW plan;
   int64_t n = kN;
-  const fusekit::Status st = fusekit::AdamW::plan(
-      TensorView::contiguous(var.ptr, DType::kFloat32, &n, 1), TensorView::contiguous(grad.ptr, DType::kFloat32, &n, 1),
-      TensorView::contiguous(m.ptr, DType::kFloat32, &n, 1), TensorView::contiguous(v.ptr, DType::kFloat32, &n, 1), o,
-      &plan);
+  const fusekit::Status st =
+      fusekit::AdamW::plan(TensorView::contiguous(var.ptr, DType::kFloat32, &n, 1),
+                           TensorView::contiguous(grad.ptr, DType::kFloat32, &n, 1),
+                           TensorView::contiguous(m.ptr, DType::kFloat32, &n, 1),
+                           TensorView::contiguous(v.ptr, DType::kFloat32, &n, 1), o, &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
     return;
@@ -124,14 +142,48 @@ void BM_AdamW(benchmark::State &state) {
   state.counters["elements"] = static_cast<double>(kN);
 }
 
+// The arithmetic floor for kN elements, all threads, reported as the benchmark's (manual) time.
+void BM_ArithmeticFloor(benchmark::State &state, fusekit::bench::AdamArithmetic mix) {
+  const double per_element = fusekit::bench::adam_arithmetic_seconds_per_element(mix);
+  for (auto _ : state) state.SetIterationTime(per_element * static_cast<double>(kN));
+  state.counters["ns_per_element"] = per_element * 1e9;
+  state.counters["elements"] = static_cast<double>(kN);
+}
+
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32, DType::kFloat32, fusekit::QuantSearch::kAuto)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16, DType::kBFloat16, fusekit::QuantSearch::kAuto)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float16, DType::kFloat16, fusekit::QuantSearch::kAuto)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_AdamW)->Name("BM_AdamW/float32_fused_step")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_binary_search, DType::kFloat32, fusekit::QuantSearch::kBinarySearch)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_AdamW)
+    ->Name("BM_AdamW/float32_fused_step")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_binary_search, DType::kFloat32,
+                  fusekit::QuantSearch::kBinarySearch)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK_CAPTURE(BM_ArithmeticFloor, adam_w, fusekit::bench::AdamArithmetic::kAdamW)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_ArithmeticFloor, quant_divide, fusekit::bench::AdamArithmetic::kQuantDivide)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_ArithmeticFloor, quant_double, fusekit::bench::AdamArithmetic::kQuantDouble)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_ArithmeticFloor, quant_reciprocal,
+                  fusekit::bench::AdamArithmetic::kQuantReciprocal)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(1);
 
 }  // namespace

@@ -103,23 +103,26 @@ double copy_bandwidth() {
   return cached;
 }
 
+double median_rate_all_threads(int reps, const std::function<double()> &work) {
+  const int nt = fusekit::num_threads();
+  std::vector<double> rates;
+  for (int rep = 0; rep < reps; ++rep) {
+    double units = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(nt) reduction(+ : units)
+    units += work();
+    rates.push_back(units / seconds_since(t0));
+  }
+  return median(rates);
+}
+
 double fma_peak_flops() {
-  static const double cached = [] {
-    const int nt = fusekit::num_threads();
-    std::vector<double> rates;
-    for (int rep = 0; rep < 5; ++rep) {
-      double flops = 0;
-      const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(nt) reduction(+ : flops)
-      {
-        float sink = 0;
-        flops += HWY_DYNAMIC_DISPATCH(FmaLoop)(int64_t{20'000'000}, &sink);
-        benchmark::DoNotOptimize(sink);
-      }
-      rates.push_back(flops / seconds_since(t0));
-    }
-    return median(rates);
-  }();
+  static const double cached = median_rate_all_threads(5, [] {
+    float sink = 0;
+    const double flops = HWY_DYNAMIC_DISPATCH(FmaLoop)(int64_t{20'000'000}, &sink);
+    benchmark::DoNotOptimize(sink);
+    return flops;
+  });
   return cached;
 }
 

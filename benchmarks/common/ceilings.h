@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 namespace fusekit::bench {
@@ -13,6 +14,11 @@ namespace fusekit::bench {
 // threads, over buffers far larger than the last-level cache. Median of several copies; measured
 // once per process and cached.
 double copy_bandwidth();
+
+// Runs `work` on every worker thread at once, `reps` times; each call returns the units of work
+// it did (FLOPs, elements). Returns the median over the repetitions of (units done by all threads)
+// per wall second.
+double median_rate_all_threads(int reps, const std::function<double()> &work);
 
 // Peak float32 FMA throughput in FLOP/s (2 per lane per FMA) for the best SIMD target, all worker
 // threads. Measured once per process and cached.
