@@ -95,6 +95,25 @@ HWY_INLINE void StoreNarrow(DF df, hn::Vec<DF> w, float16_t *p) {
 #endif
 }
 
+// ---- the Adam update on vectors: adam_update() of the kernels header, operation for operation --
+template <class DF>
+struct AdamVectors {
+  hn::Vec<DF> b1, b2, omb1, omb2, gs, step, eps, decay;
+  bool apply_decay;
+  AdamVectors(DF df, const AdamScalars &s)
+      : b1(hn::Set(df, s.beta1)), b2(hn::Set(df, s.beta2)), omb1(hn::Set(df, s.one_minus_beta1)),
+        omb2(hn::Set(df, s.one_minus_beta2)), gs(hn::Set(df, s.gnorm_scale)), step(hn::Set(df, s.step_size)),
+        eps(hn::Set(df, s.eps_c2s)), decay(hn::Set(df, s.decay)), apply_decay(s.apply_decay) {}
+  // m and v updated in place; returns the new var.
+  HWY_INLINE hn::Vec<DF> Update(hn::Vec<DF> grad, hn::Vec<DF> &m, hn::Vec<DF> &v, hn::Vec<DF> w) const {
+    const auto g = hn::Mul(grad, gs);
+    m = hn::Add(hn::Mul(m, b1), hn::Mul(g, omb1));
+    v = hn::Add(hn::Mul(v, b2), hn::Mul(hn::Mul(g, g), omb2));
+    w = hn::Add(w, hn::Div(hn::Mul(m, step), hn::Add(hn::Sqrt(v), eps)));
+    return apply_decay ? hn::Mul(w, decay) : w;
+  }
+};
+
 // ---- the nearest code ------------------------------------------------------------------------
 template <class DF>
 HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t, hn::Vec<DF> x) {
@@ -195,10 +214,7 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
   const auto zero = hn::Zero(df);
-  const auto vb1 = hn::Set(df, a.beta1), vb2 = hn::Set(df, a.beta2);
-  const auto vomb1 = hn::Set(df, a.one_minus_beta1), vomb2 = hn::Set(df, a.one_minus_beta2);
-  const auto vgs = hn::Set(df, a.gnorm_scale), vstep = hn::Set(df, a.step_size);
-  const auto veps = hn::Set(df, a.eps_c2s), vdecay = hn::Set(df, a.decay);
+  const AdamVectors<decltype(df)> adam(df, a);
   HWY_ALIGN float m_new[kBlock];
   HWY_ALIGN float v_new[kBlock];
   int64_t skipped = 0;
@@ -223,17 +239,11 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
     for (int64_t j = 0; j < vec_len; j += N) {
       const int64_t i = lo + j;
-      const auto g = hn::Mul(LoadWide(df, grad + i), vgs);
       const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
       const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
       auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
       auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
-      m = hn::Add(hn::Mul(m, vb1), hn::Mul(g, vomb1));
-      v = hn::Add(hn::Mul(v, vb2), hn::Mul(hn::Mul(g, g), vomb2));
-      auto w = LoadWide(df, var + i);
-      w = hn::Add(w, hn::Div(hn::Mul(m, vstep), hn::Add(hn::Sqrt(v), veps)));
-      if (a.apply_decay) w = hn::Mul(w, vdecay);
-      StoreNarrow(df, w, var + i);
+      StoreNarrow(df, adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i)), var + i);
       hn::Store(m, df, m_new + j);
       hn::Store(v, df, v_new + j);
       acc_m = hn::Max(hn::Abs(m), acc_m);
@@ -243,15 +253,9 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     float max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
     for (int64_t j = vec_len; j < len; ++j) {
       const int64_t i = lo + j;
-      const float g = to_float(grad[i]) * a.gnorm_scale;
       float m = a.map_m.q[a.m[i]] * scale_m;
       float v = a.map_v.q[a.v[i]] * scale_v;
-      m = m * a.beta1 + g * a.one_minus_beta1;
-      v = v * a.beta2 + (g * g) * a.one_minus_beta2;
-      float w = to_float(var[i]);
-      w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
-      if (a.apply_decay) w = w * a.decay;
-      var[i] = from_float<T>(w);
+      var[i] = from_float<T>(adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i])));
       m_new[j] = m;
       v_new[j] = v;
       max_m = std::max(max_m, std::fabs(m));
@@ -704,10 +708,7 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
     MakeSearch(a.map_m, &search_m);
     MakeSearch(a.map_v, &search_v);
   }
-  const __m512 vb1 = _mm512_set1_ps(a.beta1), vb2 = _mm512_set1_ps(a.beta2);
-  const __m512 vomb1 = _mm512_set1_ps(a.one_minus_beta1), vomb2 = _mm512_set1_ps(a.one_minus_beta2);
-  const __m512 vgs = _mm512_set1_ps(a.gnorm_scale), vstep = _mm512_set1_ps(a.step_size);
-  const __m512 veps = _mm512_set1_ps(a.eps_c2s), vdecay = _mm512_set1_ps(a.decay);
+  const AdamVectors<decltype(df)> adam(df, a);
   alignas(64) float m_new[kBlock];
   alignas(64) float v_new[kBlock];
   int64_t skipped = 0;
@@ -732,19 +733,12 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_
       Dequant64(pv, _mm512_loadu_si512(a.v + lo + j0), qv);
       for (int k = 0; k < 4; ++k) {
         const int64_t j = j0 + 16 * k, i = lo + j;
-        const __m512 g = _mm512_mul_ps(LoadWide(df, grad + i).raw, vgs);
-        __m512 m = _mm512_mul_ps(qm[k], vscale_m);
-        __m512 v = _mm512_mul_ps(qv[k], vscale_v);
-        m = _mm512_add_ps(_mm512_mul_ps(m, vb1), _mm512_mul_ps(g, vomb1));
-        v = _mm512_add_ps(_mm512_mul_ps(v, vb2), _mm512_mul_ps(_mm512_mul_ps(g, g), vomb2));
-        __m512 w = LoadWide(df, var + i).raw;
-        w = _mm512_add_ps(w, _mm512_div_ps(_mm512_mul_ps(m, vstep), _mm512_add_ps(_mm512_sqrt_ps(v), veps)));
-        if (a.apply_decay) w = _mm512_mul_ps(w, vdecay);
-        StoreNarrow(df, hn::Vec512<float>{w}, var + i);
-        _mm512_store_ps(m_new + j, m);
-        _mm512_store_ps(v_new + j, v);
-        acc_m = _mm512_max_ps(_mm512_abs_ps(m), acc_m);
-        acc_v = _mm512_max_ps(v, acc_v);
+        hn::Vec512<float> m{_mm512_mul_ps(qm[k], vscale_m)}, v{_mm512_mul_ps(qv[k], vscale_v)};
+        StoreNarrow(df, adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i)), var + i);
+        _mm512_store_ps(m_new + j, m.raw);
+        _mm512_store_ps(v_new + j, v.raw);
+        acc_m = _mm512_max_ps(_mm512_abs_ps(m.raw), acc_m);
+        acc_v = _mm512_max_ps(v.raw, acc_v);
       }
     }
     float max_m = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_m}));
@@ -806,10 +800,7 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
   const auto zero = hn::Zero(df);
-  const auto vb1 = hn::Set(df, a.beta1), vb2 = hn::Set(df, a.beta2);
-  const auto vomb1 = hn::Set(df, a.one_minus_beta1), vomb2 = hn::Set(df, a.one_minus_beta2);
-  const auto vgs = hn::Set(df, a.gnorm_scale), vstep = hn::Set(df, a.step_size);
-  const auto veps = hn::Set(df, a.eps_c2s), vdecay = hn::Set(df, a.decay);
+  const AdamVectors<decltype(df)> adam(df, a);
   int64_t skipped = 0;
   auto scalar = [&](int64_t i) {
     const float gr = to_float(grad[i]);
@@ -817,15 +808,7 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
       ++skipped;
       return;
     }
-    const float g = gr * a.gnorm_scale;
-    const float m = a.m[i] * a.beta1 + g * a.one_minus_beta1;
-    const float v = a.v[i] * a.beta2 + (g * g) * a.one_minus_beta2;
-    float w = to_float(var[i]);
-    w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
-    if (a.apply_decay) w = w * a.decay;
-    var[i] = from_float<T>(w);
-    a.m[i] = m;
-    a.v[i] = v;
+    var[i] = from_float<T>(adam_update(a, gr, &a.m[i], &a.v[i], to_float(var[i])));
   };
   int64_t i = begin;
   for (; i + N <= end; i += N) {
@@ -834,13 +817,8 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
       for (int64_t k = i; k < i + N; ++k) scalar(k);
       continue;
     }
-    const auto g = hn::Mul(gr, vgs);
-    const auto m = hn::Add(hn::Mul(hn::LoadU(df, a.m + i), vb1), hn::Mul(g, vomb1));
-    const auto v = hn::Add(hn::Mul(hn::LoadU(df, a.v + i), vb2), hn::Mul(hn::Mul(g, g), vomb2));
-    auto w = LoadWide(df, var + i);
-    w = hn::Add(w, hn::Div(hn::Mul(m, vstep), hn::Add(hn::Sqrt(v), veps)));
-    if (a.apply_decay) w = hn::Mul(w, vdecay);
-    StoreNarrow(df, w, var + i);
+    auto m = hn::LoadU(df, a.m + i), v = hn::LoadU(df, a.v + i);
+    StoreNarrow(df, adam.Update(gr, m, v, LoadWide(df, var + i)), var + i);
     hn::StoreU(m, df, a.m + i);
     hn::StoreU(v, df, a.v + i);
   }

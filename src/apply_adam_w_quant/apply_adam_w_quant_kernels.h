@@ -4,6 +4,7 @@
 #ifndef FUSEKIT_APPLY_ADAM_W_QUANT_APPLY_ADAM_W_QUANT_KERNELS_H_
 #define FUSEKIT_APPLY_ADAM_W_QUANT_APPLY_ADAM_W_QUANT_KERNELS_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -54,9 +55,29 @@ inline uint32_t float_key(uint32_t bits) { return bits ^ ((bits >> 31) != 0 ? 0x
 inline uint32_t key_to_bits(uint32_t key) { return key ^ ((key >> 31) != 0 ? 0x80000000u : 0xffffffffu); }
 
 // ---------------------------------------------------------------------------------------------
+// The Adam(W) update both operators share, with its scalars derived per step in float32 as CANN's
+// kernel does (t = step + 1; the plan computes them).
+// ---------------------------------------------------------------------------------------------
+struct AdamScalars {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, gnorm_scale, step_size, eps_c2s, decay;
+  bool apply_decay;  // weight decay > 0
+};
+
+// One element: m and v (dequantized, or the float32 moments) updated in place; returns the new
+// var. The float32 operations in the order of every kernel and of the NumPy golden; the project
+// builds with -ffp-contract=off, so none is fused.
+inline float adam_update(const AdamScalars &s, float grad, float *m, float *v, float w) {
+  const float g = grad * s.gnorm_scale;
+  *m = *m * s.beta1 + g * s.one_minus_beta1;
+  *v = *v * s.beta2 + (g * g) * s.one_minus_beta2;
+  w = w + (*m * s.step_size) / (std::sqrt(*v) + s.eps_c2s);
+  return s.apply_decay ? w * s.decay : w;
+}
+
+// ---------------------------------------------------------------------------------------------
 // ApplyAdamWQuant: blocks of 256 over contiguous var, grad, m, v.
 // ---------------------------------------------------------------------------------------------
-struct AdamWQuantArgs {
+struct AdamWQuantArgs : AdamScalars {
   void *var;         // float, float16_t or bfloat16_t (dtype)
   const void *grad;  // same type
   uint8_t *m;
@@ -67,8 +88,6 @@ struct AdamWQuantArgs {
   int64_t absmax_v_stride;
   int64_t n;  // elements from var[0]; block b covers [256 b, min(n, 256 (b + 1)))
   DType dtype;
-  float beta1, beta2, one_minus_beta1, one_minus_beta2, gnorm_scale, step_size, eps_c2s, decay;
-  bool apply_decay;
   QuantMapTables map_m, map_v;
 };
 
@@ -90,14 +109,12 @@ FUSEKIT_API uint8_t quant_code_reference(const QuantMapTables &t, float x);
 // ---------------------------------------------------------------------------------------------
 // AdamW on float32 moments: elements [begin, end).
 // ---------------------------------------------------------------------------------------------
-struct AdamWArgs {
+struct AdamWArgs : AdamScalars {
   void *var;
   const void *grad;
   float *m;
   float *v;
   DType dtype;
-  float beta1, beta2, one_minus_beta1, one_minus_beta2, gnorm_scale, step_size, eps_c2s, decay;
-  bool apply_decay;
 };
 
 // Returns the number of elements skipped (non-finite gradient).

@@ -103,19 +103,21 @@ Status check_step(const char *op, int64_t step) {
 }
 
 // The float32 scalars, computed as CANN's kernel computes them.
-struct Scalars {
-  float step_size, eps_c2s, decay, one_minus_beta1, one_minus_beta2;
-};
-Scalars derive(int64_t step, float lr, float beta1, float beta2, float weight_decay, float eps) {
+AdamScalars derive(int64_t step, float lr, float beta1, float beta2, float weight_decay, float eps,
+                   float gnorm_scale) {
   const float t = static_cast<float>(step + 1);
   const float c1 = 1.0f - ::powf(beta1, t);
   const float c2s = ::sqrtf(1.0f - ::powf(beta2, t));
-  Scalars s;
+  AdamScalars s;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.one_minus_beta1 = 1.0f - beta1;
+  s.one_minus_beta2 = 1.0f - beta2;
+  s.gnorm_scale = gnorm_scale;
   s.step_size = (-lr * c2s) / c1;
   s.eps_c2s = eps * c2s;
   s.decay = 1.0f - lr * weight_decay;
-  s.one_minus_beta1 = 1.0f - beta1;
-  s.one_minus_beta2 = 1.0f - beta2;
+  s.apply_decay = weight_decay > 0.0f;
   return s;
 }
 
@@ -325,7 +327,7 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
   build_quant_tables(qmap_m_.as<const float>(), qmap_m_.strides[0], true, tables, base, &a.map_m);
   build_quant_tables(qmap_v_.as<const float>(), qmap_v_.strides[0], false, tables,
                      base + quant_tables_bytes(use_table_), &a.map_v);
-  const Scalars s = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_);
+  static_cast<AdamScalars &>(a) = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_, gnorm_scale_);
   a.var = var_.data;
   a.grad = grad_.data;
   a.m = m_.as<uint8_t>();
@@ -336,15 +338,6 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
   a.absmax_v_stride = absmax_v_.strides[0];
   a.n = n_;
   a.dtype = var_.dtype;
-  a.beta1 = beta1_;
-  a.beta2 = beta2_;
-  a.one_minus_beta1 = s.one_minus_beta1;
-  a.one_minus_beta2 = s.one_minus_beta2;
-  a.gnorm_scale = gnorm_scale_;
-  a.step_size = s.step_size;
-  a.eps_c2s = s.eps_c2s;
-  a.decay = s.decay;
-  a.apply_decay = weight_decay_ > 0.0f;
   const AdamWQuantBlocksFn kernel =
       kernel_ == KernelChoice::kReference ? &adam_w_quant_blocks_reference : adam_w_quant_blocks_optimized();
 
@@ -482,22 +475,13 @@ Status AdamW::run(int64_t step, AdamWStats *stats) const {
   st = AdamWStats();
   FUSEKIT_RETURN_IF_ERROR(check_step(kOpAdamW, step));
   if (n_ == 0) return Status::Ok();
-  const Scalars s = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_);
   AdamWArgs a;
+  static_cast<AdamScalars &>(a) = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_, gnorm_scale_);
   a.var = var_.data;
   a.grad = grad_.data;
   a.m = m_.as<float>();
   a.v = v_.as<float>();
   a.dtype = var_.dtype;
-  a.beta1 = beta1_;
-  a.beta2 = beta2_;
-  a.one_minus_beta1 = s.one_minus_beta1;
-  a.one_minus_beta2 = s.one_minus_beta2;
-  a.gnorm_scale = gnorm_scale_;
-  a.step_size = s.step_size;
-  a.eps_c2s = s.eps_c2s;
-  a.decay = s.decay;
-  a.apply_decay = weight_decay_ > 0.0f;
   const AdamWElementsFn kernel =
       kernel_ == KernelChoice::kReference ? &adam_w_elements_reference : adam_w_elements_optimized();
   std::atomic<int64_t> skipped{0};

@@ -32,15 +32,9 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < len; ++j) {
       const int64_t i = lo + j;
-      const float g = to_float(grad[i]) * a.gnorm_scale;
       float m = a.map_m.q[a.m[i]] * scale_m;
       float v = a.map_v.q[a.v[i]] * scale_v;
-      m = m * a.beta1 + g * a.one_minus_beta1;
-      v = v * a.beta2 + (g * g) * a.one_minus_beta2;
-      float w = to_float(var[i]);
-      w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
-      if (a.apply_decay) w = w * a.decay;
-      var[i] = from_float<T>(w);
+      var[i] = from_float<T>(adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i])));
       m_new[j] = m;
       v_new[j] = v;
       max_m = std::max(max_m, std::fabs(m));
@@ -71,15 +65,7 @@ int64_t adam_w_elements(const AdamWArgs &a, int64_t begin, int64_t end) {
       ++skipped;
       continue;
     }
-    const float g = gr * a.gnorm_scale;
-    const float m = a.m[i] * a.beta1 + g * a.one_minus_beta1;
-    const float v = a.v[i] * a.beta2 + (g * g) * a.one_minus_beta2;
-    float w = to_float(var[i]);
-    w = w + (m * a.step_size) / (std::sqrt(v) + a.eps_c2s);
-    if (a.apply_decay) w = w * a.decay;
-    var[i] = from_float<T>(w);
-    a.m[i] = m;
-    a.v[i] = v;
+    var[i] = from_float<T>(adam_update(a, gr, &a.m[i], &a.v[i], to_float(var[i])));
   }
   return skipped;
 }
