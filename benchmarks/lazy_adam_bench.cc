@@ -166,10 +166,12 @@ void BM_LazyAdam(benchmark::State &state) {
 void BM_LazyAdamWithRepeats(benchmark::State &state) {
   const Data d(shape_for(state.range(0)), false);
   fusekit::LazyAdam plan;
-  const auto st = fusekit::LazyAdam::plan(
-      TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}), TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
-      TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}), TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
-      TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), {}, &plan);
+  const auto st =
+      fusekit::LazyAdam::plan(TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}),
+                              TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
+                              TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}),
+                              TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
+                              TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), {}, &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
     return;
@@ -177,13 +179,14 @@ void BM_LazyAdamWithRepeats(benchmark::State &state) {
   DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
   std::vector<double> t_op;
   for (auto _ : state) {
-    const double t = seconds_of([&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
     t_op.push_back(t);
     state.SetIterationTime(t);
   }
   fusekit::bench::report_bandwidth_seconds(state, d.bytes(), fusekit::bench::median_of(t_op));
-  state.SetLabel("R=" + std::to_string(d.s.rows) + " N=" + std::to_string(d.s.n) + " D=" + std::to_string(d.s.dim) +
-                 " drawn with replacement");
+  state.SetLabel("R=" + std::to_string(d.s.rows) + " N=" + std::to_string(d.s.n) +
+                 " D=" + std::to_string(d.s.dim) + " drawn with replacement");
 }
 
 void BM_CopyBandwidth(benchmark::State &state) {

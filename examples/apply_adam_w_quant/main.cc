@@ -26,13 +26,14 @@
     printf(message, ##__VA_ARGS__); \
   } while (0)
 
-using StreamPtr = std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
+using StreamPtr =
+    std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
 using DeviceMemPtr = std::unique_ptr<void, decltype(&aclrtFree)>;
 using TensorPtr = std::unique_ptr<aclTensor, decltype(&aclDestroyTensor)>;
 
 template <typename T>
-int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &shape, aclDataType dataType,
-                    DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
+int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &shape,
+                    aclDataType dataType, DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
   const size_t size = hostData.size() * sizeof(T);
   void *raw = nullptr;
   auto ret = aclrtMalloc(&raw, size, ACL_MEM_MALLOC_HUGE_FIRST);
@@ -41,10 +42,13 @@ int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &
   ret = aclrtMemcpy(deviceAddr.get(), size, hostData.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
   CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
   std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--) strides[i] = shape[i + 1] * strides[i + 1];
-  aclTensor *t = aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0, aclFormat::ACL_FORMAT_ND,
-                                 shape.data(), shape.size(), deviceAddr.get());
-  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return ACL_ERROR_FAILURE);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--)
+    strides[i] = shape[i + 1] * strides[i + 1];
+  aclTensor *t =
+      aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0,
+                      aclFormat::ACL_FORMAT_ND, shape.data(), shape.size(), deviceAddr.get());
+  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg());
+            return ACL_ERROR_FAILURE);
   tensor.reset(t);
   return ACL_SUCCESS;
 }
@@ -52,7 +56,8 @@ int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &
 // A 256-entry ascending map: linspace(lo, hi) (CANN's tests use these).
 std::vector<float> Linspace(float lo, float hi) {
   std::vector<float> q(256);
-  for (int i = 0; i < 256; ++i) q[i] = static_cast<float>(double{lo} + (double{hi} - double{lo}) * i / 255.0);
+  for (int i = 0; i < 256; ++i)
+    q[i] = static_cast<float>(double{lo} + (double{hi} - double{lo}) * i / 255.0);
   return q;
 }
 
@@ -80,15 +85,19 @@ int main() {
   std::vector<uint8_t> m(n, 127), v(n, 0);
   std::vector<float> absmaxM(blocks, 0.0f), absmaxV(blocks, 0.0f);
   std::vector<int64_t> step = {0};
-  const double lr = 1e-2, beta1 = 0.9, beta2 = 0.999, weightDecay = 0.01, eps = 1e-8, gnormScale = 1.0;
+  const double lr = 1e-2, beta1 = 0.9, beta2 = 0.999, weightDecay = 0.01, eps = 1e-8,
+               gnormScale = 1.0;
   char quantMode[] = "BLOCKWISE";
 
-  DeviceMemPtr varAddr(nullptr, &aclrtFree), gradAddr(nullptr, &aclrtFree), mAddr(nullptr, &aclrtFree),
-      vAddr(nullptr, &aclrtFree), qmAddr(nullptr, &aclrtFree), qvAddr(nullptr, &aclrtFree),
-      amAddr(nullptr, &aclrtFree), avAddr(nullptr, &aclrtFree), stepAddr(nullptr, &aclrtFree);
-  TensorPtr varT(nullptr, &aclDestroyTensor), gradT(nullptr, &aclDestroyTensor), mT(nullptr, &aclDestroyTensor),
-      vT(nullptr, &aclDestroyTensor), qmT(nullptr, &aclDestroyTensor), qvT(nullptr, &aclDestroyTensor),
-      amT(nullptr, &aclDestroyTensor), avT(nullptr, &aclDestroyTensor), stepT(nullptr, &aclDestroyTensor);
+  DeviceMemPtr varAddr(nullptr, &aclrtFree), gradAddr(nullptr, &aclrtFree),
+      mAddr(nullptr, &aclrtFree), vAddr(nullptr, &aclrtFree), qmAddr(nullptr, &aclrtFree),
+      qvAddr(nullptr, &aclrtFree), amAddr(nullptr, &aclrtFree), avAddr(nullptr, &aclrtFree),
+      stepAddr(nullptr, &aclrtFree);
+  TensorPtr varT(nullptr, &aclDestroyTensor), gradT(nullptr, &aclDestroyTensor),
+      mT(nullptr, &aclDestroyTensor), vT(nullptr, &aclDestroyTensor),
+      qmT(nullptr, &aclDestroyTensor), qvT(nullptr, &aclDestroyTensor),
+      amT(nullptr, &aclDestroyTensor), avT(nullptr, &aclDestroyTensor),
+      stepT(nullptr, &aclDestroyTensor);
   ret = CreateAclTensor(var, shape, ACL_FLOAT, varAddr, varT);
   CHECK_RET(ret == ACL_SUCCESS, return 1);
   ret = CreateAclTensor(grad, shape, ACL_FLOAT, gradAddr, gradT);
@@ -110,28 +119,34 @@ int main() {
 
   uint64_t workspaceSize = 0;
   aclOpExecutor *executor = nullptr;
-  ret = aclnnApplyAdamWQuantGetWorkspaceSize(varT.get(), gradT.get(), mT.get(), vT.get(), qmT.get(), qvT.get(),
-                                             amT.get(), avT.get(), stepT.get(), lr, beta1, beta2, weightDecay, eps,
-                                             gnormScale, quantMode, 256, &workspaceSize, &executor);
+  ret = aclnnApplyAdamWQuantGetWorkspaceSize(varT.get(), gradT.get(), mT.get(), vT.get(), qmT.get(),
+                                             qvT.get(), amT.get(), avT.get(), stepT.get(), lr,
+                                             beta1, beta2, weightDecay, eps, gnormScale, quantMode,
+                                             256, &workspaceSize, &executor);
   CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnApplyAdamWQuantGetWorkspaceSize failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
+            LOG_PRINT("aclnnApplyAdamWQuantGetWorkspaceSize failed. ERROR: %d (%s)\n", ret,
+                      aclGetRecentErrMsg());
             return 1);
   DeviceMemPtr workspace(nullptr, &aclrtFree);
   if (workspaceSize > 0) {
     void *raw = nullptr;
     ret = aclrtMalloc(&raw, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return 1);
+    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret);
+              return 1);
     workspace.reset(raw);
   }
   ret = aclnnApplyAdamWQuant(workspace.get(), workspaceSize, executor, stream.get());
   CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnApplyAdamWQuant failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg()); return 1);
+            LOG_PRINT("aclnnApplyAdamWQuant failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
+            return 1);
   ret = aclrtSynchronizeStream(stream.get());
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return 1);
+  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret);
+            return 1);
 
   std::vector<float> outVar(n), outAbsmaxM(blocks);
   std::vector<uint8_t> outM(n);
-  ret = aclrtMemcpy(outVar.data(), n * sizeof(float), varAddr.get(), n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST);
+  ret = aclrtMemcpy(outVar.data(), n * sizeof(float), varAddr.get(), n * sizeof(float),
+                    ACL_MEMCPY_DEVICE_TO_HOST);
   CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("copy var back failed. ERROR: %d\n", ret); return 1);
   ret = aclrtMemcpy(outAbsmaxM.data(), blocks * sizeof(float), amAddr.get(), blocks * sizeof(float),
                     ACL_MEMCPY_DEVICE_TO_HOST);
@@ -146,22 +161,29 @@ int main() {
     const double g = grad[i];
     const double want = (var[i] - lr * g / (std::fabs(g) + eps)) * (1.0 - lr * weightDecay);
     if (std::fabs(outVar[i] - want) > 1e-5 * std::max(1.0, std::fabs(want))) {
-      if (bad++ < 5) LOG_PRINT("var[%ld] is %.7f, expected %.7f\n", static_cast<long>(i), outVar[i], want);
+      if (bad++ < 5)
+        LOG_PRINT("var[%ld] is %.7f, expected %.7f\n", static_cast<long>(i), outVar[i], want);
     }
     // m's code must carry g's sign (linspace(-1, 1): codes >= 128 are positive).
     if ((g > 0) != (outM[i] >= 128)) {
-      if (bad++ < 5) LOG_PRINT("m code[%ld] = %d does not carry the sign of g = %g\n", static_cast<long>(i), outM[i], g);
+      if (bad++ < 5)
+        LOG_PRINT("m code[%ld] = %d does not carry the sign of g = %g\n", static_cast<long>(i),
+                  outM[i], g);
     }
   }
   for (int64_t b = 0; b < blocks; ++b) {
     double maxg = 0;
-    for (int64_t i = b * 256; i < std::min(n, (b + 1) * 256); ++i) maxg = std::max(maxg, std::fabs(double{grad[i]}));
+    for (int64_t i = b * 256; i < std::min(n, (b + 1) * 256); ++i)
+      maxg = std::max(maxg, std::fabs(double{grad[i]}));
     const double want = (1.0 - beta1) * maxg;
     if (std::fabs(outAbsmaxM[b] - want) > 1e-6 * want) {
-      if (bad++ < 10) LOG_PRINT("absmaxM[%ld] is %.9f, expected %.9f\n", static_cast<long>(b), outAbsmaxM[b], want);
+      if (bad++ < 10)
+        LOG_PRINT("absmaxM[%ld] is %.9f, expected %.9f\n", static_cast<long>(b), outAbsmaxM[b],
+                  want);
     }
   }
-  for (int64_t i = 0; i < 4; ++i) LOG_PRINT("result[%ld] is: %f\n", static_cast<long>(i), outVar[i]);
+  for (int64_t i = 0; i < 4; ++i)
+    LOG_PRINT("result[%ld] is: %f\n", static_cast<long>(i), outVar[i]);
   LOG_PRINT("%s: %d mismatches in %ld elements and %ld blocks\n", bad == 0 ? "PASS" : "FAIL", bad,
             static_cast<long>(n), static_cast<long>(blocks));
 

@@ -98,8 +98,8 @@ struct Task {
 };
 
 // out[b][o] = bias[o] + sum_i in[b][i] * w[i][o]
-void dense(const std::vector<float> &in, int nin, const std::vector<float> &w, const std::vector<float> &bias, int nout,
-           std::vector<float> &out) {
+void dense(const std::vector<float> &in, int nin, const std::vector<float> &w,
+           const std::vector<float> &bias, int nout, std::vector<float> &out) {
   out.assign(size_t{kBatch} * nout, 0.0f);
   for (int b = 0; b < kBatch; ++b) {
     float *o = &out[size_t(b) * nout];
@@ -113,8 +113,9 @@ void dense(const std::vector<float> &in, int nin, const std::vector<float> &w, c
 }
 
 // Backward of dense: gw += in^T dout, gb += sum dout, din = dout w^T.
-void dense_back(const std::vector<float> &in, int nin, const std::vector<float> &w, const std::vector<float> &dout,
-                int nout, std::vector<float> &gw, std::vector<float> &gb, std::vector<float> *din) {
+void dense_back(const std::vector<float> &in, int nin, const std::vector<float> &w,
+                const std::vector<float> &dout, int nout, std::vector<float> &gw,
+                std::vector<float> &gb, std::vector<float> *din) {
   std::fill(gw.begin(), gw.end(), 0.0f);
   std::fill(gb.begin(), gb.end(), 0.0f);
   for (int b = 0; b < kBatch; ++b) {
@@ -144,7 +145,8 @@ struct Activations {
   std::vector<float> h1, a1, h2, a2, out;
 };
 
-float forward(Model &m, const std::vector<float> &x, const std::vector<float> &y, Activations &act) {
+float forward(Model &m, const std::vector<float> &x, const std::vector<float> &y,
+              Activations &act) {
   dense(x, kIn, m.w1.w, m.b1.w, kHidden, act.h1);
   act.a1 = act.h1;
   for (auto &v : act.a1) v = std::max(v, 0.0f);
@@ -157,7 +159,8 @@ float forward(Model &m, const std::vector<float> &x, const std::vector<float> &y
   return static_cast<float>(loss / kBatch);
 }
 
-void backward(Model &m, const std::vector<float> &x, const std::vector<float> &y, Activations &act) {
+void backward(Model &m, const std::vector<float> &x, const std::vector<float> &y,
+              Activations &act) {
   std::vector<float> d3(kBatch), d2, d1;
   for (int b = 0; b < kBatch; ++b) d3[b] = 2.0f * (act.out[b] - y[b]) / kBatch;
   dense_back(act.a2, kHidden, m.w3.w, d3, 1, m.w3.g, m.b3.g, &d2);
@@ -167,7 +170,8 @@ void backward(Model &m, const std::vector<float> &x, const std::vector<float> &y
   dense_back(x, kIn, m.w1.w, d1, kHidden, m.w1.g, m.b1.g, nullptr);
 }
 
-bool optimizer_step(Param &p, int64_t step, const std::array<float, 256> &qm, const std::array<float, 256> &qv) {
+bool optimizer_step(Param &p, int64_t step, const std::array<float, 256> &qm,
+                    const std::array<float, 256> &qv) {
   const auto n = static_cast<int64_t>(p.w.size());
   fusekit::Status st;
   if (p.q8) {
@@ -175,17 +179,19 @@ bool optimizer_step(Param &p, int64_t step, const std::array<float, 256> &qm, co
     o.lr = 1e-3;
     o.weight_decay = 0.01;
     const auto blocks = static_cast<int64_t>(p.absmax_m.size());
-    st = fusekit::apply_adam_w_quant_step(TensorView::of(p.w.data(), {n}), TensorView::of(p.g.data(), {n}),
-                                          TensorView::of(p.m8.data(), {n}), TensorView::of(p.v8.data(), {n}),
-                                          TensorView::of(qm.data(), {256}), TensorView::of(qv.data(), {256}),
-                                          TensorView::of(p.absmax_m.data(), {blocks}),
-                                          TensorView::of(p.absmax_v.data(), {blocks}), step, o);
+    st = fusekit::apply_adam_w_quant_step(
+        TensorView::of(p.w.data(), {n}), TensorView::of(p.g.data(), {n}),
+        TensorView::of(p.m8.data(), {n}), TensorView::of(p.v8.data(), {n}),
+        TensorView::of(qm.data(), {256}), TensorView::of(qv.data(), {256}),
+        TensorView::of(p.absmax_m.data(), {blocks}), TensorView::of(p.absmax_v.data(), {blocks}),
+        step, o);
   } else {
     fusekit::AdamWOptions o;
     o.lr = 1e-3;
     o.weight_decay = 0.01;
     st = fusekit::adam_w_step(TensorView::of(p.w.data(), {n}), TensorView::of(p.g.data(), {n}),
-                              TensorView::of(p.m32.data(), {n}), TensorView::of(p.v32.data(), {n}), step, o);
+                              TensorView::of(p.m32.data(), {n}), TensorView::of(p.v32.data(), {n}),
+                              step, o);
   }
   if (!st.ok()) std::fprintf(stderr, "%s\n", st.message().c_str());
   return st.ok();
@@ -244,9 +250,10 @@ int main() {
   const double rel = (double{b.held_out} - double{a.held_out}) / double{a.held_out};
   std::printf("final training loss (last 50 steps): fp32 %.6f, 8-bit %.6f\n", double{a.final_train},
               double{b.final_train});
-  std::printf("held-out loss: fp32 %.6f, 8-bit %.6f (%+.2f%%)\n", double{a.held_out}, double{b.held_out}, 100 * rel);
+  std::printf("held-out loss: fp32 %.6f, 8-bit %.6f (%+.2f%%)\n", double{a.held_out},
+              double{b.held_out}, 100 * rel);
   const bool ok = rel <= 0.05;
-  std::printf("%s: the 8-bit run's held-out loss is %s 5%% of the fp32 run's\n", ok ? "PASS" : "FAIL",
-              ok ? "within" : "not within");
+  std::printf("%s: the 8-bit run's held-out loss is %s 5%% of the fp32 run's\n",
+              ok ? "PASS" : "FAIL", ok ? "within" : "not within");
   return ok ? 0 : 1;
 }

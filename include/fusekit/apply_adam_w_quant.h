@@ -44,7 +44,8 @@ inline constexpr int kQuantMapSize = 256;
 // zeros to 256 entries and sorted ascending. Signed (for m): 127 negative values, 0, 127 positive
 // values and 1.0. Unsigned (for v): 0, 254 positive values and 1.0. Computed in double, rounded
 // once to float32. max_exponent_bits outside [1, 7] is clamped.
-FUSEKIT_API std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed, int max_exponent_bits = 7);
+FUSEKIT_API std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed,
+                                                                int max_exponent_bits = 7);
 
 // How the optimized kernel finds the nearest code (the reference kernel always uses the same
 // exact threshold search, by binary search).
@@ -81,9 +82,10 @@ class ApplyAdamWQuant {
   // memory with each other or with any input. var, grad, m and v may have any strides (a view that
   // is not contiguous runs on a gathering path); the 1-D tensors may have any stride.
   FUSEKIT_API static Status plan(const TensorView &var, const TensorView &grad, const TensorView &m,
-                                 const TensorView &v, const TensorView &qmap_m, const TensorView &qmap_v,
-                                 const TensorView &absmax_m, const TensorView &absmax_v,
-                                 const ApplyAdamWQuantOptions &options, ApplyAdamWQuant *out);
+                                 const TensorView &v, const TensorView &qmap_m,
+                                 const TensorView &qmap_v, const TensorView &absmax_m,
+                                 const TensorView &absmax_v, const ApplyAdamWQuantOptions &options,
+                                 ApplyAdamWQuant *out);
 
   // Bytes of scratch memory run() needs (the search tables of both maps, built by run()).
   size_t workspace_size() const { return workspace_bytes_; }

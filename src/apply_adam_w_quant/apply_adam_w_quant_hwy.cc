@@ -101,11 +101,18 @@ struct AdamVectors {
   hn::Vec<DF> b1, b2, omb1, omb2, gs, step, eps, decay;
   bool apply_decay;
   AdamVectors(DF df, const AdamScalars &s)
-      : b1(hn::Set(df, s.beta1)), b2(hn::Set(df, s.beta2)), omb1(hn::Set(df, s.one_minus_beta1)),
-        omb2(hn::Set(df, s.one_minus_beta2)), gs(hn::Set(df, s.gnorm_scale)), step(hn::Set(df, s.step_size)),
-        eps(hn::Set(df, s.eps_c2s)), decay(hn::Set(df, s.decay)), apply_decay(s.apply_decay) {}
+      : b1(hn::Set(df, s.beta1)),
+        b2(hn::Set(df, s.beta2)),
+        omb1(hn::Set(df, s.one_minus_beta1)),
+        omb2(hn::Set(df, s.one_minus_beta2)),
+        gs(hn::Set(df, s.gnorm_scale)),
+        step(hn::Set(df, s.step_size)),
+        eps(hn::Set(df, s.eps_c2s)),
+        decay(hn::Set(df, s.decay)),
+        apply_decay(s.apply_decay) {}
   // m and v updated in place; returns the new var.
-  HWY_INLINE hn::Vec<DF> Update(hn::Vec<DF> grad, hn::Vec<DF> &m, hn::Vec<DF> &v, hn::Vec<DF> w) const {
+  HWY_INLINE hn::Vec<DF> Update(hn::Vec<DF> grad, hn::Vec<DF> &m, hn::Vec<DF> &v,
+                                hn::Vec<DF> w) const {
     const auto g = hn::Mul(grad, gs);
     m = hn::Add(hn::Mul(m, b1), hn::Mul(g, omb1));
     v = hn::Add(hn::Mul(v, b2), hn::Mul(hn::Mul(g, g), omb2));
@@ -124,9 +131,11 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t,
     // One lookup: the bucket's codes below and above its threshold, and the threshold's low bits.
     x = hn::Add(x, hn::Zero(df));  // -0 becomes +0
     const auto bits = hn::BitCast(du, x);
-    const auto flip = hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+    const auto flip =
+        hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
     const auto key = hn::Xor(bits, flip);
-    const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(t.packed), hn::BitCast(di, hn::ShiftRight<16>(key)));
+    const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(t.packed),
+                                   hn::BitCast(di, hn::ShiftRight<16>(key)));
     const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
     const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
     const auto ff = hn::Set(di, 0xff);
@@ -135,10 +144,12 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t,
   hn::Vec<decltype(di)> c;
   if (t.lut != nullptr) {
     const auto bits = hn::BitCast(du, x);
-    const auto flip = hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+    const auto flip =
+        hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
     const auto bucket = hn::ShiftRight<16>(hn::Xor(bits, flip));
-    c = hn::And(hn::GatherOffset(di, reinterpret_cast<const int32_t *>(t.lut), hn::BitCast(di, bucket)),
-                hn::Set(di, 0xff));
+    c = hn::And(
+        hn::GatherOffset(di, reinterpret_cast<const int32_t *>(t.lut), hn::BitCast(di, bucket)),
+        hn::Set(di, 0xff));
     for (int s = 0; s < t.refine_steps; ++s) {
       const auto th = hn::GatherIndex(df, t.thr, c);
       c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(x, th))));
@@ -156,7 +167,8 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t,
     const auto zero = hn::Zero(df);
     const auto qc = hn::GatherIndex(df, t.q, code);
     const auto need = hn::RebindMask(di, hn::Lt(hn::Mul(x, qc), zero));
-    const auto dir = hn::IfThenElse(hn::RebindMask(di, hn::Gt(x, zero)), hn::Set(di, 1), hn::Set(di, -1));
+    const auto dir =
+        hn::IfThenElse(hn::RebindMask(di, hn::Gt(x, zero)), hn::Set(di, 1), hn::Set(di, -1));
     const auto moved = hn::Min(hn::Max(hn::Add(code, dir), hn::Zero(di)), hn::Set(di, 255));
     code = hn::IfThenElse(need, moved, code);
   }
@@ -170,28 +182,32 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t,
 // exactly with the division.
 constexpr int32_t kMargin = 8;
 template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> PackedCodesApprox(DF df, const uint32_t *packed, hn::Vec<DF> x,
-                                                             hn::Mask<hn::RebindToSigned<DF>> *unsure) {
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> PackedCodesApprox(
+    DF df, const uint32_t *packed, hn::Vec<DF> x, hn::Mask<hn::RebindToSigned<DF>> *unsure) {
   const hn::RebindToSigned<DF> di;
   const hn::RebindToUnsigned<DF> du;
   x = hn::Add(hn::IfThenZeroElse(hn::IsNaN(x), x), hn::Zero(df));
   const auto bits = hn::BitCast(du, x);
-  const auto flip = hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+  const auto flip =
+      hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
   const auto key = hn::Xor(bits, flip);
-  const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(packed), hn::BitCast(di, hn::ShiftRight<16>(key)));
+  const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(packed),
+                                 hn::BitCast(di, hn::ShiftRight<16>(key)));
   const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
   const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
   const auto ff = hn::Set(di, 0xff);
   *unsure = hn::Or(hn::Lt(hn::Abs(hn::Sub(low, thr_low)), hn::Set(di, kMargin + 1)),
-                   hn::Or(hn::Lt(low, hn::Set(di, kMargin + 1)), hn::Gt(low, hn::Set(di, 0xffff - kMargin - 1))));
+                   hn::Or(hn::Lt(low, hn::Set(di, kMargin + 1)),
+                          hn::Gt(low, hn::Set(di, 0xffff - kMargin - 1))));
   return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
 }
 
 // A block's codes for one map: by reciprocal when the table is packed and 1 / absmax is a normal
 // float (checked lanes redone exactly), else by division.
 template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> BlockCodes(DF df, const QuantMapTables &t, hn::Vec<DF> m, hn::Vec<DF> vdiv,
-                                                      bool use_recip, hn::Vec<DF> vrecip) {
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> BlockCodes(DF df, const QuantMapTables &t, hn::Vec<DF> m,
+                                                      hn::Vec<DF> vdiv, bool use_recip,
+                                                      hn::Vec<DF> vrecip) {
   const hn::RebindToSigned<DF> di;
   if (use_recip) {
     hn::Mask<decltype(di)> unsure;
@@ -224,9 +240,11 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     const int64_t vec_len = len / N * N;
     // (1) Finite check: g * 0 is 0 for finite g and NaN for Inf or NaN.
     auto acc = zero;
-    for (int64_t j = 0; j < vec_len; j += N) acc = hn::Add(acc, hn::Mul(LoadWide(df, grad + lo + j), zero));
+    for (int64_t j = 0; j < vec_len; j += N)
+      acc = hn::Add(acc, hn::Mul(LoadWide(df, grad + lo + j), zero));
     bool finite = hn::AllTrue(df, hn::Eq(acc, zero));
-    for (int64_t j = vec_len; j < len; ++j) finite = finite && std::isfinite(to_float(grad[lo + j]));
+    for (int64_t j = vec_len; j < len; ++j)
+      finite = finite && std::isfinite(to_float(grad[lo + j]));
     if (!finite) {
       ++skipped;
       continue;
@@ -295,7 +313,8 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 #undef FUSEKIT_AWQ_FAST
 #undef FUSEKIT_AWQ_VBMI
 #if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && HWY_ARCH_X86
-// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized flags.
+// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
+// flags.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define FUSEKIT_AWQ_FAST 1
@@ -344,27 +363,33 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void Dequant64(const BytePlanes &bp, __m512i codes, 
 FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float *g) {
   __m512i acc = _mm512_setzero_si512();
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  for (int j = 0; j < kBlock; j += 16) acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(g + j), abs_mask));
+  for (int j = 0; j < kBlock; j += 16)
+    acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(g + j), abs_mask));
   return _mm512_cmpge_epu32_mask(acc, _mm512_set1_epi32(0x7f800000)) == 0;
 }
 FUSEKIT_AWQ_VBMI HWY_INLINE bool Finite16(const void *g, int exp_all_ones) {
   __m512i acc = _mm512_setzero_si512();
   const __m512i abs_mask = _mm512_set1_epi16(0x7fff);
   const auto *p = static_cast<const uint16_t *>(g);
-  for (int j = 0; j < kBlock; j += 32) acc = _mm512_max_epu16(acc, _mm512_and_si512(_mm512_loadu_si512(p + j), abs_mask));
+  for (int j = 0; j < kBlock; j += 32)
+    acc = _mm512_max_epu16(acc, _mm512_and_si512(_mm512_loadu_si512(p + j), abs_mask));
   return _mm512_cmpge_epu16_mask(acc, _mm512_set1_epi16(static_cast<int16_t>(exp_all_ones))) == 0;
 }
-FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const bfloat16_t *g) { return Finite16(g, 0x7f80); }
-FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float16_t *g) { return Finite16(g, 0x7c00); }
+FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const bfloat16_t *g) {
+  return Finite16(g, 0x7f80);
+}
+FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float16_t *g) {
+  return Finite16(g, 0x7c00);
+}
 
 // The count of thresholds <= x by an 8-level branch-free binary search with the thresholds held in
 // registers. The path is kept bit-reversed (level l's outcome in bit l - 1), so that it indexes the
 // next level's table directly: level l's table lists, for each path r of l - 1 bits, the threshold
-// that search compares next (levels 2-5: one 16-float register, one permute; level 6: two registers;
-// 7 and 8: four and eight registers, two and four permutes and blends on the outcomes of levels 6
-// and 7, which are bits 5 and 6 of the path). After 8 levels the path is the count bit-reversed; a
-// byte table maps it to the code (first[count]). NaN thresholds (past the distinct values) fail
-// every comparison, as in the reference search.
+// that search compares next (levels 2-5: one 16-float register, one permute; level 6: two
+// registers; 7 and 8: four and eight registers, two and four permutes and blends on the outcomes of
+// levels 6 and 7, which are bits 5 and 6 of the path). After 8 levels the path is the count
+// bit-reversed; a byte table maps it to the code (first[count]). NaN thresholds (past the distinct
+// values) fail every comparison, as in the reference search.
 struct SearchTables {
   float t1;
   __m512 t2, t3, t4, t5, t6[2], t7[4], t8[8];
@@ -383,7 +408,8 @@ FUSEKIT_AWQ_VBMI inline void MakeSearch(const QuantMapTables &t, SearchTables *s
     for (int r = 0; r < 128; ++r) {
       float th = 0.0f;
       if (r < (1 << (l - 1))) {
-        int c = 0;  // the count so far: bit l' - 1 of r is the outcome of level l' (weight 2^(8 - l'))
+        int c =
+            0;  // the count so far: bit l' - 1 of r is the outcome of level l' (weight 2^(8 - l'))
         for (int k = 1; k < l; ++k) c += ((r >> (k - 1)) & 1) << (8 - k);
         th = t.thr[c + (1 << (8 - l)) - 1];
       }
@@ -407,17 +433,20 @@ FUSEKIT_AWQ_VBMI inline void MakeSearch(const QuantMapTables &t, SearchTables *s
 // are a chain of dependent permutes and comparisons, so many independent vectors go through each
 // level together.
 template <int NV>
-FUSEKIT_AWQ_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const __m512 xin[NV], __m512i r[NV]) {
+FUSEKIT_AWQ_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const __m512 xin[NV],
+                                         __m512i r[NV]) {
   __m512 x[NV];
   __mmask16 k6[NV], k7[NV];
   for (int j = 0; j < NV; ++j) {
     x[j] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xin[j], xin[j], _CMP_ORD_Q), xin[j]);
-    r[j] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x[j], _mm512_set1_ps(s[j]->t1), _CMP_GE_OQ), _mm512_set1_epi32(1));
+    r[j] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x[j], _mm512_set1_ps(s[j]->t1), _CMP_GE_OQ),
+                                  _mm512_set1_epi32(1));
   }
-#define FUSEKIT_AWQ_LEVEL(T, BIT)                                                                         \
-  for (int j = 0; j < NV; ++j) {                                                                         \
-    const __mmask16 k = _mm512_cmp_ps_mask(x[j], _mm512_permutexvar_ps(r[j], s[j]->T), _CMP_GE_OQ);       \
-    r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(BIT));                                   \
+#define FUSEKIT_AWQ_LEVEL(T, BIT)                                                   \
+  for (int j = 0; j < NV; ++j) {                                                    \
+    const __mmask16 k =                                                             \
+        _mm512_cmp_ps_mask(x[j], _mm512_permutexvar_ps(r[j], s[j]->T), _CMP_GE_OQ); \
+    r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(BIT));             \
   }
   FUSEKIT_AWQ_LEVEL(t2, 2)
   FUSEKIT_AWQ_LEVEL(t3, 4)
@@ -425,7 +454,8 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const 
   FUSEKIT_AWQ_LEVEL(t5, 16)
 #undef FUSEKIT_AWQ_LEVEL
   for (int j = 0; j < NV; ++j) {
-    k6[j] = _mm512_cmp_ps_mask(x[j], _mm512_permutex2var_ps(s[j]->t6[0], r[j], s[j]->t6[1]), _CMP_GE_OQ);
+    k6[j] = _mm512_cmp_ps_mask(x[j], _mm512_permutex2var_ps(s[j]->t6[0], r[j], s[j]->t6[1]),
+                               _CMP_GE_OQ);
     r[j] = _mm512_mask_or_epi32(r[j], k6[j], r[j], _mm512_set1_epi32(32));
   }
   for (int j = 0; j < NV; ++j) {
@@ -439,7 +469,8 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const 
     const __m512 b = _mm512_permutex2var_ps(s[j]->t8[2], r[j], s[j]->t8[3]);
     const __m512 c = _mm512_permutex2var_ps(s[j]->t8[4], r[j], s[j]->t8[5]);
     const __m512 d = _mm512_permutex2var_ps(s[j]->t8[6], r[j], s[j]->t8[7]);
-    const __m512 th = _mm512_mask_blend_ps(k7[j], _mm512_mask_blend_ps(k6[j], a, b), _mm512_mask_blend_ps(k6[j], c, d));
+    const __m512 th = _mm512_mask_blend_ps(k7[j], _mm512_mask_blend_ps(k6[j], a, b),
+                                           _mm512_mask_blend_ps(k6[j], c, d));
     const __mmask16 k = _mm512_cmp_ps_mask(x[j], th, _CMP_GE_OQ);
     r[j] = _mm512_mask_or_epi32(r[j], k, r[j], _mm512_set1_epi32(128));
   }
@@ -448,8 +479,9 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const 
 // 4 x 16 bit-reversed counts (0..255) to 64 code bytes in element order.
 FUSEKIT_AWQ_VBMI HWY_INLINE __m512i PathsToCodes(const SearchTables &s, const __m512i r[4]) {
   const __m512i p01 = _mm512_packus_epi32(r[0], r[1]), p23 = _mm512_packus_epi32(r[2], r[3]);
-  const __m512i b = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
-                                             _mm512_packus_epi16(p01, p23));
+  const __m512i b = _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+      _mm512_packus_epi16(p01, p23));
   const __m512i lo = _mm512_permutex2var_epi8(s.code[0], b, s.code[1]);
   const __m512i hi = _mm512_permutex2var_epi8(s.code[2], b, s.code[3]);
   return _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), lo, hi);
@@ -458,18 +490,20 @@ FUSEKIT_AWQ_VBMI HWY_INLINE __m512i PathsToCodes(const SearchTables &s, const __
 // A full block's codes of x = moment / div for both maps: the in-register search, both maps'
 // vectors together; a map where the sign fix can act takes the generic search per vector.
 template <class DF>
-FUSEKIT_AWQ_VBMI HWY_INLINE void GenericCodes(DF df, const QuantMapTables &t, const float *mom, __m512 vdiv,
-                                              uint8_t *out) {
+FUSEKIT_AWQ_VBMI HWY_INLINE void GenericCodes(DF df, const QuantMapTables &t, const float *mom,
+                                              __m512 vdiv, uint8_t *out) {
   for (int j = 0; j < kBlock; j += 16) {
-    const __m512i c = Codes(df, t, hn::Vec512<float>{_mm512_div_ps(_mm512_load_ps(mom + j), vdiv)}).raw;
+    const __m512i c =
+        Codes(df, t, hn::Vec512<float>{_mm512_div_ps(_mm512_load_ps(mom + j), vdiv)}).raw;
     _mm_storeu_si128(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi32_epi8(c));
   }
 }
 
 template <class DF>
 FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes2(DF df, const AdamWQuantArgs &a, const SearchTables &sm,
-                                             const SearchTables &sv, const float *m_new, const float *v_new,
-                                             __m512 vdiv_m, __m512 vdiv_v, int64_t lo) {
+                                             const SearchTables &sv, const float *m_new,
+                                             const float *v_new, __m512 vdiv_m, __m512 vdiv_v,
+                                             int64_t lo) {
   if (a.map_m.sign_fix) {
     GenericCodes(df, a.map_m, m_new, vdiv_m, a.m + lo);
     for (int j0 = 0; j0 < kBlock; j0 += 64) {
@@ -501,16 +535,16 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes2(DF df, const AdamWQuantArgs &a, con
 // table: it holds for the dynamic and linspace maps), the count of thresholds <= x is
 //   c0 + [x >= thr[c0]],   c0 = #{k : hi16(key(thr[k])) < hi16(key(x))}
 // (thresholds below c0 lie in lower buckets, so below x; those above c0 in higher buckets, so above
-// x; only thr[c0] can share x's bucket and is compared in full). c0 is found by the same bit-reversed
-// binary search as above on 16-bit lanes, 32 values per vector, and thr[c0] is fetched from byte
-// planes like the dequantization; -0 is taken as +0 (keys and the comparison agree then).
+// x; only thr[c0] can share x's bucket and is compared in full). c0 is found by the same
+// bit-reversed binary search as above on 16-bit lanes, 32 values per vector, and thr[c0] is fetched
+// from byte planes like the dequantization; -0 is taken as +0 (keys and the comparison agree then).
 struct Search16Tables {
-  __m512i t1;                          // level 1, broadcast
+  __m512i t1;                                // level 1, broadcast
   __m512i t2, t3, t4, t5, t6, t7[2], t8[4];  // 16-bit entries by bit-reversed path
-  BytePlanes thr;                      // thr[bitrev(r)] by path r (NaN past the thresholds)
-  BytePlanes q;                        // the map by code (for the sign fix)
+  BytePlanes thr;                            // thr[bitrev(r)] by path r (NaN past the thresholds)
+  BytePlanes q;                              // the map by code (for the sign fix)
   bool sign_fix;
-  __m512i code0[4], code1[4];          // first[bitrev(r)], first[bitrev(r) + 1]
+  __m512i code0[4], code1[4];  // first[bitrev(r)], first[bitrev(r) + 1]
 };
 
 inline uint32_t BucketKey(float f) {
@@ -532,7 +566,8 @@ inline bool DistinctBuckets(const QuantMapTables &t) {
 FUSEKIT_AWQ_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Tables *s) {
   const int d = t.distinct - 1;  // real thresholds
   alignas(64) uint16_t h[256];
-  for (int k = 0; k < 256; ++k) h[k] = k < d ? static_cast<uint16_t>(BucketKey(t.thr[k]) >> 16) : 0xffff;
+  for (int k = 0; k < 256; ++k)
+    h[k] = k < d ? static_cast<uint16_t>(BucketKey(t.thr[k]) >> 16) : 0xffff;
   for (int k = 1; k < d; ++k) {
     if (h[k] == h[k - 1]) return false;
   }
@@ -576,15 +611,16 @@ FUSEKIT_AWQ_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Table
 
 // Bit-reversed c0 of NV x 32 bucket numbers (16-bit), vector j searched in *s[j].
 template <int NV>
-FUSEKIT_AWQ_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], const __m512i h[NV], __m512i r[NV]) {
+FUSEKIT_AWQ_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], const __m512i h[NV],
+                                           __m512i r[NV]) {
   __mmask32 k6[NV], k7[NV];
   for (int j = 0; j < NV; ++j) {
     r[j] = _mm512_maskz_mov_epi16(_mm512_cmpgt_epu16_mask(h[j], s[j]->t1), _mm512_set1_epi16(1));
   }
-#define FUSEKIT_AWQ_LEVEL16(T, BIT)                                                                      \
-  for (int j = 0; j < NV; ++j) {                                                                         \
-    const __mmask32 k = _mm512_cmpgt_epu16_mask(h[j], _mm512_permutexvar_epi16(r[j], s[j]->T));           \
-    r[j] = _mm512_mask_add_epi16(r[j], k, r[j], _mm512_set1_epi16(BIT));                                  \
+#define FUSEKIT_AWQ_LEVEL16(T, BIT)                                                             \
+  for (int j = 0; j < NV; ++j) {                                                                \
+    const __mmask32 k = _mm512_cmpgt_epu16_mask(h[j], _mm512_permutexvar_epi16(r[j], s[j]->T)); \
+    r[j] = _mm512_mask_add_epi16(r[j], k, r[j], _mm512_set1_epi16(BIT));                        \
   }
   FUSEKIT_AWQ_LEVEL16(t2, 2)
   FUSEKIT_AWQ_LEVEL16(t3, 4)
@@ -596,7 +632,8 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], co
   }
 #undef FUSEKIT_AWQ_LEVEL16
   for (int j = 0; j < NV; ++j) {
-    k7[j] = _mm512_cmpgt_epu16_mask(h[j], _mm512_permutex2var_epi16(s[j]->t7[0], r[j], s[j]->t7[1]));
+    k7[j] =
+        _mm512_cmpgt_epu16_mask(h[j], _mm512_permutex2var_epi16(s[j]->t7[0], r[j], s[j]->t7[1]));
     r[j] = _mm512_mask_add_epi16(r[j], k7[j], r[j], _mm512_set1_epi16(64));
   }
   for (int j = 0; j < NV; ++j) {
@@ -611,16 +648,17 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], co
 // A full block's codes for both maps by the 16-bit search; x (the quotients, NaN and -0 as +0)
 // overwrite the moments in mom_m / mom_v.
 template <bool kSignFix>
-FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Search16Tables &sv, float *mom_m,
-                                              float *mom_v, __m512 vdiv_m, __m512 vdiv_v, uint8_t *out_m,
-                                              uint8_t *out_v) {
+FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Search16Tables &sv,
+                                              float *mom_m, float *mom_v, __m512 vdiv_m,
+                                              __m512 vdiv_v, uint8_t *out_m, uint8_t *out_v) {
   alignas(64) uint16_t hb[2][kBlock];
   alignas(64) uint8_t rb[2][kBlock];
   // NaN, +-0 to +0; others kept (vfixupimmps responses: 8 = +0, 1 = the source).
   const __m512i fix = _mm512_set1_epi32(0x11111888);
-  const __m512i hi_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
-                                             0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
-                                             0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
+  const __m512i hi_words =
+      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
+                        0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
+                        0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
   float *mom[2] = {mom_m, mom_v};
   const __m512 vdiv[2] = {vdiv_m, vdiv_v};
   for (int p = 0; p < 2; ++p) {
@@ -631,7 +669,8 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Se
         x = _mm512_fixupimm_ps(x, x, fix, 0);
         _mm512_store_ps(mom[p] + j + 16 * k, x);
         const __m512i bits = _mm512_castps_si512(x);
-        key[k] = _mm512_ternarylogic_epi32(bits, _mm512_srai_epi32(bits, 31), _mm512_set1_epi32(INT32_MIN), 0x1e);
+        key[k] = _mm512_ternarylogic_epi32(bits, _mm512_srai_epi32(bits, 31),
+                                           _mm512_set1_epi32(INT32_MIN), 0x1e);
       }
       _mm512_store_si512(hb[p] + j, _mm512_permutex2var_epi16(key[0], hi_words, key[1]));
     }
@@ -661,13 +700,17 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Se
       __m512 th[4];
       Dequant64(s.thr, r, th);
       __mmask16 ge[4];
-      for (int k = 0; k < 4; ++k) ge[k] = _mm512_cmp_ps_mask(_mm512_load_ps(mom[p] + j0 + 16 * k), th[k], _CMP_GE_OQ);
-      const __mmask64 up = _mm512_kunpackd(_mm512_kunpackw(ge[3], ge[2]), _mm512_kunpackw(ge[1], ge[0]));
+      for (int k = 0; k < 4; ++k)
+        ge[k] = _mm512_cmp_ps_mask(_mm512_load_ps(mom[p] + j0 + 16 * k), th[k], _CMP_GE_OQ);
+      const __mmask64 up =
+          _mm512_kunpackd(_mm512_kunpackw(ge[3], ge[2]), _mm512_kunpackw(ge[1], ge[0]));
       const __mmask64 top = _mm512_movepi8_mask(r);
-      const __m512i c0 = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
-                                                _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
-      const __m512i c1 = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
-                                                _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
+      const __m512i c0 =
+          _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
+                                 _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
+      const __m512i c1 =
+          _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
+                                 _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
       __m512i code = _mm512_mask_blend_epi8(up, c0, c1);
       if (kSignFix && s.sign_fix) {
         // x * q[code] < 0 (as the reference computes it): one step toward x's sign, clamped.
@@ -676,9 +719,12 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Se
         uint64_t need = 0, pos = 0;
         for (int k = 0; k < 4; ++k) {
           const __m512 x = _mm512_load_ps(mom[p] + j0 + 16 * k);
-          need |= static_cast<uint64_t>(_cvtmask16_u32(_mm512_cmp_ps_mask(_mm512_mul_ps(x, qc[k]), _mm512_setzero_ps(), _CMP_LT_OQ)))
+          need |= static_cast<uint64_t>(_cvtmask16_u32(
+                      _mm512_cmp_ps_mask(_mm512_mul_ps(x, qc[k]), _mm512_setzero_ps(), _CMP_LT_OQ)))
                   << (16 * k);
-          pos |= static_cast<uint64_t>(_cvtmask16_u32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ))) << (16 * k);
+          pos |= static_cast<uint64_t>(
+                     _cvtmask16_u32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ)))
+                 << (16 * k);
         }
         const __m512i one = _mm512_set1_epi8(1);
         code = _mm512_mask_adds_epu8(code, _cvtu64_mask64(need & pos), code, one);
@@ -692,7 +738,8 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Se
 // kCodes: 0: the 32-bit search; 1: the 16-bit search; 2: the 16-bit search and m's sign fix (each
 // its own instantiation: a branch for an unused step made GCC allocate the hot loops worse).
 template <typename T, int kCodes>
-FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, int64_t begin,
+                                                 int64_t end) {
   const hn::ScalableTag<float> df;
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
@@ -780,16 +827,22 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 #if FUSEKIT_AWQ_FAST
   if (HaveVbmi()) {
     switch (a.dtype) {
-      case DType::kFloat16: return FastBlocksAuto<float16_t>(a, begin, end);
-      case DType::kBFloat16: return FastBlocksAuto<bfloat16_t>(a, begin, end);
-      default: return FastBlocksAuto<float>(a, begin, end);
+      case DType::kFloat16:
+        return FastBlocksAuto<float16_t>(a, begin, end);
+      case DType::kBFloat16:
+        return FastBlocksAuto<bfloat16_t>(a, begin, end);
+      default:
+        return FastBlocksAuto<float>(a, begin, end);
     }
   }
 #endif
   switch (a.dtype) {
-    case DType::kFloat16: return QuantBlocks<float16_t>(a, begin, end);
-    case DType::kBFloat16: return QuantBlocks<bfloat16_t>(a, begin, end);
-    default: return QuantBlocks<float>(a, begin, end);
+    case DType::kFloat16:
+      return QuantBlocks<float16_t>(a, begin, end);
+    case DType::kBFloat16:
+      return QuantBlocks<bfloat16_t>(a, begin, end);
+    default:
+      return QuantBlocks<float>(a, begin, end);
   }
 }
 
@@ -828,13 +881,18 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
 
 int64_t AdamWElements(const AdamWArgs &a, int64_t begin, int64_t end) {
   switch (a.dtype) {
-    case DType::kFloat16: return Elements<float16_t>(a, begin, end);
-    case DType::kBFloat16: return Elements<bfloat16_t>(a, begin, end);
-    default: return Elements<float>(a, begin, end);
+    case DType::kFloat16:
+      return Elements<float16_t>(a, begin, end);
+    case DType::kBFloat16:
+      return Elements<bfloat16_t>(a, begin, end);
+    default:
+      return Elements<float>(a, begin, end);
   }
 }
 
-const char *TargetName() { return hwy::TargetName(HWY_TARGET); }
+const char *TargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
 
 // Whether AdamWQuantBlocks reads the lookup tables (packed or count table) of QuantMapTables.
 bool UsesTables() {
@@ -858,7 +916,8 @@ HWY_EXPORT(UsesTables);
 
 namespace {
 void init_targets() {
-  if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  if (!hwy::GetChosenTarget().IsInitialized())
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
 }  // namespace

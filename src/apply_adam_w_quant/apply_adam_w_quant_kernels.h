@@ -31,15 +31,16 @@ namespace fusekit {
 inline constexpr int kLutBuckets = 1 << 16;
 
 struct QuantMapTables {
-  const float *q = nullptr;        // the map, 256 floats
-  const float *thr = nullptr;      // 256 floats (NaN from K - 1 on)
-  const int32_t *first = nullptr;  // 256: the code of count c
+  const float *q = nullptr;          // the map, 256 floats
+  const float *thr = nullptr;        // 256 floats (NaN from K - 1 on)
+  const int32_t *first = nullptr;    // 256: the code of count c
   const uint32_t *packed = nullptr;  // kLutBuckets entries, or null
-  const uint8_t *lut = nullptr;    // kLutBuckets + 4 bytes, or null (then, without packed: binary search)
-  int distinct = 0;                // K
-  int refine_steps = 0;            // comparisons after the table lookup
-  bool identity_first = true;      // first[c] == c (no repeated values)
-  bool sign_fix = false;           // the sign fix can change a code (signed m maps only)
+  const uint8_t *lut =
+      nullptr;           // kLutBuckets + 4 bytes, or null (then, without packed: binary search)
+  int distinct = 0;      // K
+  int refine_steps = 0;  // comparisons after the table lookup
+  bool identity_first = true;  // first[c] == c (no repeated values)
+  bool sign_fix = false;       // the sign fix can change a code (signed m maps only)
 };
 
 // Bytes of one map's tables (aligned to 64), with or without the lookup table.
@@ -47,12 +48,16 @@ FUSEKIT_API size_t quant_tables_bytes(bool with_lut);  // exported for the tests
 // Builds one map's tables in `mem` (quant_tables_bytes(with_lut) bytes, 64-aligned). `q` holds 256
 // ascending finite floats; `q_stride` is in elements. `for_m`: the sign fix applies if the map
 // holds negative values.
-FUSEKIT_API void build_quant_tables(const float *q, int64_t q_stride, bool for_m, bool with_lut, void *mem,
-                                    QuantMapTables *out);
+FUSEKIT_API void build_quant_tables(const float *q, int64_t q_stride, bool for_m, bool with_lut,
+                                    void *mem, QuantMapTables *out);
 
 // The monotone key of a float: the order of keys is the order of the floats (-0 just below +0).
-inline uint32_t float_key(uint32_t bits) { return bits ^ ((bits >> 31) != 0 ? 0xffffffffu : 0x80000000u); }
-inline uint32_t key_to_bits(uint32_t key) { return key ^ ((key >> 31) != 0 ? 0x80000000u : 0xffffffffu); }
+inline uint32_t float_key(uint32_t bits) {
+  return bits ^ ((bits >> 31) != 0 ? 0xffffffffu : 0x80000000u);
+}
+inline uint32_t key_to_bits(uint32_t key) {
+  return key ^ ((key >> 31) != 0 ? 0x80000000u : 0xffffffffu);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The Adam(W) update both operators share, with its scalars derived per step in float32 as CANN's

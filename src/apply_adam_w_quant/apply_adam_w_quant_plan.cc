@@ -28,23 +28,32 @@ constexpr int64_t kMaxStep = int64_t{1} << 62;
 // Tensors from this many elements on use the 65,536-entry table (building it costs ~0.1 ms).
 constexpr int64_t kTableMinElements = 65536;
 
-bool is_float_type(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool is_float_type(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 // n = product of the shape, refusing negative sizes and 64-bit overflow; also checks that the
 // farthest element's offset fits.
 Status checked_numel(const char *op, const TensorView &t, const char *name, int64_t *n) {
   int64_t count = 1, reach = 0;
   for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] < 0) return Status::Invalid(str_cat(op, ": ", name, " has a negative size in shape ", t.shape_string()));
+    if (t.shape[i] < 0)
+      return Status::Invalid(
+          str_cat(op, ": ", name, " has a negative size in shape ", t.shape_string()));
     int64_t span = 0;
     if (__builtin_mul_overflow(count, t.shape[i], &count) ||
-        (t.shape[i] > 0 && __builtin_mul_overflow(t.shape[i] - 1, t.strides[i] < 0 ? -t.strides[i] : t.strides[i], &span)) ||
+        (t.shape[i] > 0 &&
+         __builtin_mul_overflow(t.shape[i] - 1, t.strides[i] < 0 ? -t.strides[i] : t.strides[i],
+                                &span)) ||
         __builtin_add_overflow(reach, span, &reach)) {
-      return Status::Invalid(str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+      return Status::Invalid(
+          str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
     }
   }
-  if (__builtin_mul_overflow(reach, static_cast<int64_t>(std::max<size_t>(dtype_size(t.dtype), 1)), &reach)) {
-    return Status::Invalid(str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+  if (__builtin_mul_overflow(reach, static_cast<int64_t>(std::max<size_t>(dtype_size(t.dtype), 1)),
+                             &reach)) {
+    return Status::Invalid(
+        str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }
   *n = count;
   return Status::Ok();
@@ -81,23 +90,28 @@ Status check_attr(const char *op, const char *name, double value, bool ok, const
   return Status::Ok();
 }
 
-Status check_attributes(const char *op, double lr, double beta1, double beta2, double weight_decay, double eps,
-                        double gnorm_scale) {
+Status check_attributes(const char *op, double lr, double beta1, double beta2, double weight_decay,
+                        double eps, double gnorm_scale) {
   FUSEKIT_RETURN_IF_ERROR(check_attr(op, "lr", lr, lr >= 0.0, "must be finite and >= 0"));
-  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta1", beta1, beta1 >= 0.0 && static_cast<float>(beta1) < 1.0f,
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta1", beta1,
+                                     beta1 >= 0.0 && static_cast<float>(beta1) < 1.0f,
                                      "must be in [0, 1) in float32"));
-  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta2", beta2, beta2 >= 0.0 && static_cast<float>(beta2) < 1.0f,
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta2", beta2,
+                                     beta2 >= 0.0 && static_cast<float>(beta2) < 1.0f,
                                      "must be in [0, 1) in float32"));
-  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "weightDecay", weight_decay, true, "must be finite in float32"));
+  FUSEKIT_RETURN_IF_ERROR(
+      check_attr(op, "weightDecay", weight_decay, true, "must be finite in float32"));
   FUSEKIT_RETURN_IF_ERROR(check_attr(op, "eps", eps, static_cast<float>(eps) > 0.0f,
                                      "must be finite and > 0 in float32"));
-  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "gnormScale", gnorm_scale, true, "must be finite in float32"));
+  FUSEKIT_RETURN_IF_ERROR(
+      check_attr(op, "gnormScale", gnorm_scale, true, "must be finite in float32"));
   return Status::Ok();
 }
 
 Status check_step(const char *op, int64_t step) {
   if (step < 0 || step >= kMaxStep) {
-    return Status::Invalid(str_cat(op, ": step = ", step, " must be in [0, 2^62); nothing was modified"));
+    return Status::Invalid(
+        str_cat(op, ": step = ", step, " must be in [0, 2^62); nothing was modified"));
   }
   return Status::Ok();
 }
@@ -123,8 +137,8 @@ AdamScalars derive(int64_t step, float lr, float beta1, float beta2, float weigh
 
 Status check_map_view(const TensorView &q, const char *name) {
   if (q.dtype != DType::kFloat32 || q.ndim != 1 || q.shape[0] != kQuantMapSize) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [256], got ", dtype_name(q.dtype), " ",
-                                   q.shape_string()));
+    return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [256], got ",
+                                   dtype_name(q.dtype), " ", q.shape_string()));
   }
   if (q.data == nullptr) return Status::NullPointer(str_cat(kOp, ": ", name, " has no data"));
   return Status::Ok();
@@ -137,11 +151,13 @@ Status check_map_data(const TensorView &q, const char *name) {
   for (int i = 0; i < kQuantMapSize; ++i) {
     const float x = p[i * s];
     if (!std::isfinite(x)) {
-      return Status::Invalid(str_cat(kOp, ": ", name, "[", i, "] = ", x, " is not finite; nothing was modified"));
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, "[", i, "] = ", x, " is not finite; nothing was modified"));
     }
     if (i > 0 && x < p[(i - 1) * s]) {
-      return Status::Invalid(str_cat(kOp, ": ", name, "[", i, "] = ", x, " is less than ", name, "[", i - 1, "] = ",
-                                     p[(i - 1) * s], "; the map must be ascending; nothing was modified"));
+      return Status::Invalid(str_cat(kOp, ": ", name, "[", i, "] = ", x, " is less than ", name,
+                                     "[", i - 1, "] = ", p[(i - 1) * s],
+                                     "; the map must be ascending; nothing was modified"));
     }
   }
   return Status::Ok();
@@ -205,30 +221,37 @@ void scatter(const TensorView &t, const int64_t *offs, int64_t count, const void
 // ApplyAdamWQuant
 // ---------------------------------------------------------------------------------------------
 Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, const TensorView &m,
-                             const TensorView &v, const TensorView &qmap_m, const TensorView &qmap_v,
-                             const TensorView &absmax_m, const TensorView &absmax_v,
-                             const ApplyAdamWQuantOptions &options, ApplyAdamWQuant *out) {
+                             const TensorView &v, const TensorView &qmap_m,
+                             const TensorView &qmap_v, const TensorView &absmax_m,
+                             const TensorView &absmax_v, const ApplyAdamWQuantOptions &options,
+                             ApplyAdamWQuant *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
   if (!is_float_type(var.dtype)) {
     return Status::Invalid(str_cat(kOp, ": varRef has dtype ", dtype_name(var.dtype),
                                    "; float32, float16 or bfloat16 is required"));
   }
   if (grad.dtype != var.dtype) {
-    return Status::Invalid(str_cat(kOp, ": grad has dtype ", dtype_name(grad.dtype), " but varRef has ",
-                                   dtype_name(var.dtype), "; they must match"));
+    return Status::Invalid(str_cat(kOp, ": grad has dtype ", dtype_name(grad.dtype),
+                                   " but varRef has ", dtype_name(var.dtype), "; they must match"));
   }
-  if (m.dtype != DType::kUInt8) return Status::Invalid(str_cat(kOp, ": mRef has dtype ", dtype_name(m.dtype), "; uint8 is required"));
-  if (v.dtype != DType::kUInt8) return Status::Invalid(str_cat(kOp, ": vRef has dtype ", dtype_name(v.dtype), "; uint8 is required"));
+  if (m.dtype != DType::kUInt8)
+    return Status::Invalid(
+        str_cat(kOp, ": mRef has dtype ", dtype_name(m.dtype), "; uint8 is required"));
+  if (v.dtype != DType::kUInt8)
+    return Status::Invalid(
+        str_cat(kOp, ": vRef has dtype ", dtype_name(v.dtype), "; uint8 is required"));
   if (var.ndim < 1 || var.ndim > 8) {
-    return Status::Invalid(str_cat(kOp, ": varRef has ", var.ndim, " dimensions ", var.shape_string(), "; 1 to 8 are supported"));
+    return Status::Invalid(str_cat(kOp, ": varRef has ", var.ndim, " dimensions ",
+                                   var.shape_string(), "; 1 to 8 are supported"));
   }
-  const std::pair<const TensorView *, const char *> same[] = {{&grad, "grad"}, {&m, "mRef"}, {&v, "vRef"}};
+  const std::pair<const TensorView *, const char *> same[] = {
+      {&grad, "grad"}, {&m, "mRef"}, {&v, "vRef"}};
   for (const auto &[t, name] : same) {
     bool equal = t->ndim == var.ndim;
     for (int i = 0; equal && i < var.ndim; ++i) equal = t->shape[i] == var.shape[i];
     if (!equal) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " has shape ", t->shape_string(), " but varRef has ",
-                                     var.shape_string(), "; they must match"));
+      return Status::Invalid(str_cat(kOp, ": ", name, " has shape ", t->shape_string(),
+                                     " but varRef has ", var.shape_string(), "; they must match"));
     }
   }
   int64_t n = 0, unused = 0;
@@ -237,43 +260,52 @@ Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, cons
   FUSEKIT_RETURN_IF_ERROR(checked_numel(kOp, m, "mRef", &unused));
   FUSEKIT_RETURN_IF_ERROR(checked_numel(kOp, v, "vRef", &unused));
   if (options.block_size != kBlock) {
-    return Status::Invalid(str_cat(kOp, ": blockSize = ", options.block_size, "; only 256 is supported"));
+    return Status::Invalid(
+        str_cat(kOp, ": blockSize = ", options.block_size, "; only 256 is supported"));
   }
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const std::pair<const TensorView *, const char *> scales[] = {{&absmax_m, "absmaxMRef"}, {&absmax_v, "absmaxVRef"}};
+  const std::pair<const TensorView *, const char *> scales[] = {{&absmax_m, "absmaxMRef"},
+                                                                {&absmax_v, "absmaxVRef"}};
   for (const auto &[t, name] : scales) {
     if (t->dtype != DType::kFloat32 || t->ndim != 1 || t->shape[0] != blocks) {
       return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [", blocks, "] (ceil(", n,
-                                     " / 256)), got ", dtype_name(t->dtype), " ", t->shape_string()));
+                                     " / 256)), got ", dtype_name(t->dtype), " ",
+                                     t->shape_string()));
     }
     FUSEKIT_RETURN_IF_ERROR(checked_numel(kOp, *t, name, &unused));
   }
   FUSEKIT_RETURN_IF_ERROR(check_map_view(qmap_m, "qmapM"));
   FUSEKIT_RETURN_IF_ERROR(check_map_view(qmap_v, "qmapV"));
   if (n > 0) {
-    const std::pair<const TensorView *, const char *> all[] = {{&var, "varRef"}, {&grad, "grad"}, {&m, "mRef"}, {&v, "vRef"},
-                                                              {&absmax_m, "absmaxMRef"}, {&absmax_v, "absmaxVRef"}};
+    const std::pair<const TensorView *, const char *> all[] = {
+        {&var, "varRef"}, {&grad, "grad"},           {&m, "mRef"},
+        {&v, "vRef"},     {&absmax_m, "absmaxMRef"}, {&absmax_v, "absmaxVRef"}};
     for (const auto &[t, name] : all) {
       if (t->data == nullptr) return Status::NullPointer(str_cat(kOp, ": ", name, " has no data"));
     }
   }
-  FUSEKIT_RETURN_IF_ERROR(check_attributes(kOp, options.lr, options.beta1, options.beta2, options.weight_decay,
-                                           options.eps, options.gnorm_scale));
+  FUSEKIT_RETURN_IF_ERROR(check_attributes(kOp, options.lr, options.beta1, options.beta2,
+                                           options.weight_decay, options.eps, options.gnorm_scale));
   // In-place outputs: no element reachable twice, no memory shared with any other argument.
-  const std::pair<const TensorView *, const char *> outs[] = {{&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"},
-                                                             {&absmax_m, "absmaxMRef"}, {&absmax_v, "absmaxVRef"}};
-  const std::pair<const TensorView *, const char *> args[] = {{&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"},
-                                                             {&absmax_m, "absmaxMRef"}, {&absmax_v, "absmaxVRef"},
-                                                             {&grad, "grad"}, {&qmap_m, "qmapM"}, {&qmap_v, "qmapV"}};
+  const std::pair<const TensorView *, const char *> outs[] = {{&var, "varRef"},
+                                                              {&m, "mRef"},
+                                                              {&v, "vRef"},
+                                                              {&absmax_m, "absmaxMRef"},
+                                                              {&absmax_v, "absmaxVRef"}};
+  const std::pair<const TensorView *, const char *> args[] = {
+      {&var, "varRef"},          {&m, "mRef"},    {&v, "vRef"},       {&absmax_m, "absmaxMRef"},
+      {&absmax_v, "absmaxVRef"}, {&grad, "grad"}, {&qmap_m, "qmapM"}, {&qmap_v, "qmapV"}};
   for (size_t i = 0; i < 5; ++i) {
     if (self_overlapping(*outs[i].first)) {
-      return Status::Invalid(str_cat(kOp, ": ", outs[i].second, " of shape ", outs[i].first->shape_string(),
-                                     " and strides ", strides_string(*outs[i].first),
+      return Status::Invalid(str_cat(kOp, ": ", outs[i].second, " of shape ",
+                                     outs[i].first->shape_string(), " and strides ",
+                                     strides_string(*outs[i].first),
                                      " reaches some elements twice; an in-place tensor must not"));
     }
     for (size_t j = i + 1; j < 8; ++j) {
       if (outs[i].first->overlaps(*args[j].first)) {
-        return Status::Invalid(str_cat(kOp, ": ", outs[i].second, " and ", args[j].second, " overlap in memory"));
+        return Status::Invalid(
+            str_cat(kOp, ": ", outs[i].second, " and ", args[j].second, " overlap in memory"));
       }
     }
   }
@@ -289,7 +321,8 @@ Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, cons
   p.absmax_v_ = absmax_v;
   p.n_ = n;
   p.blocks_ = blocks;
-  p.contiguous_ = var.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous();
+  p.contiguous_ =
+      var.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous();
   p.lr_ = static_cast<float>(options.lr);
   p.beta1_ = static_cast<float>(options.beta1);
   p.beta2_ = static_cast<float>(options.beta2);
@@ -306,12 +339,14 @@ Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, cons
   return Status::Ok();
 }
 
-Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size, ApplyAdamWQuantStats *stats) const {
+Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size,
+                            ApplyAdamWQuantStats *stats) const {
   ApplyAdamWQuantStats local;
   ApplyAdamWQuantStats &st = stats != nullptr ? *stats : local;
   st = ApplyAdamWQuantStats();
   if (workspace_size < workspace_bytes_) {
-    return Status::Invalid(str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
+    return Status::Invalid(
+        str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
   }
   if (workspace == nullptr) return Status::NullPointer(str_cat(kOp, ": workspace is null"));
   FUSEKIT_RETURN_IF_ERROR(check_step(kOp, step));
@@ -319,7 +354,8 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
   FUSEKIT_RETURN_IF_ERROR(check_map_data(qmap_v_, "qmapV"));
   if (n_ == 0) return Status::Ok();
 
-  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
+                                        kAlign * kAlign);
   AdamWQuantArgs a;
   // The lookup tables (256 KiB each) only where the dispatched kernel reads them; the workspace
   // layout stays as sized in phase one.
@@ -327,7 +363,8 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
   build_quant_tables(qmap_m_.as<const float>(), qmap_m_.strides[0], true, tables, base, &a.map_m);
   build_quant_tables(qmap_v_.as<const float>(), qmap_v_.strides[0], false, tables,
                      base + quant_tables_bytes(use_table_), &a.map_v);
-  static_cast<AdamScalars &>(a) = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_, gnorm_scale_);
+  static_cast<AdamScalars &>(a) =
+      derive(step, lr_, beta1_, beta2_, weight_decay_, eps_, gnorm_scale_);
   a.var = var_.data;
   a.grad = grad_.data;
   a.m = m_.as<uint8_t>();
@@ -338,8 +375,9 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
   a.absmax_v_stride = absmax_v_.strides[0];
   a.n = n_;
   a.dtype = var_.dtype;
-  const AdamWQuantBlocksFn kernel =
-      kernel_ == KernelChoice::kReference ? &adam_w_quant_blocks_reference : adam_w_quant_blocks_optimized();
+  const AdamWQuantBlocksFn kernel = kernel_ == KernelChoice::kReference
+                                        ? &adam_w_quant_blocks_reference
+                                        : adam_w_quant_blocks_optimized();
 
   std::atomic<int64_t> skipped{0};
   if (contiguous_) {
@@ -347,16 +385,18 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
     // leaves its work to the others; blocks are independent, so results do not depend on which
     // thread takes a run. Runs of up to 1024 blocks (256K elements) keep the kernel's per-call
     // setup (its register tables) negligible.
-    const int64_t run = std::clamp<int64_t>(blocks_ / (int64_t{8} * std::max(threads_, 1)), 16, 1024);
+    const int64_t run =
+        std::clamp<int64_t>(blocks_ / (int64_t{8} * std::max(threads_, 1)), 16, 1024);
     std::atomic<int64_t> next{0};
-    parallel_for(std::min<int64_t>(threads_, (blocks_ + run - 1) / run), threads_, 1, [&](int64_t, int64_t) {
-      int64_t run_skipped = 0;
-      for (int64_t b = next.fetch_add(run, std::memory_order_relaxed); b < blocks_;
-           b = next.fetch_add(run, std::memory_order_relaxed)) {
-        run_skipped += kernel(a, b, std::min(blocks_, b + run));
-      }
-      skipped.fetch_add(run_skipped, std::memory_order_relaxed);
-    });
+    parallel_for(std::min<int64_t>(threads_, (blocks_ + run - 1) / run), threads_, 1,
+                 [&](int64_t, int64_t) {
+                   int64_t run_skipped = 0;
+                   for (int64_t b = next.fetch_add(run, std::memory_order_relaxed); b < blocks_;
+                        b = next.fetch_add(run, std::memory_order_relaxed)) {
+                     run_skipped += kernel(a, b, std::min(blocks_, b + run));
+                   }
+                   skipped.fetch_add(run_skipped, std::memory_order_relaxed);
+                 });
   } else {
     // Any other layout: each block is gathered into contiguous buffers, updated, scattered back.
     parallel_for(blocks_, threads_, 16, [&](int64_t b, int64_t e) {
@@ -397,14 +437,17 @@ Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size
 }
 
 Status apply_adam_w_quant_step(const TensorView &var, const TensorView &grad, const TensorView &m,
-                               const TensorView &v, const TensorView &qmap_m, const TensorView &qmap_v,
-                               const TensorView &absmax_m, const TensorView &absmax_v, int64_t step,
+                               const TensorView &v, const TensorView &qmap_m,
+                               const TensorView &qmap_v, const TensorView &absmax_m,
+                               const TensorView &absmax_v, int64_t step,
                                const ApplyAdamWQuantOptions &options, ApplyAdamWQuantStats *stats) {
   ApplyAdamWQuant plan;
-  FUSEKIT_RETURN_IF_ERROR(ApplyAdamWQuant::plan(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, options, &plan));
+  FUSEKIT_RETURN_IF_ERROR(
+      ApplyAdamWQuant::plan(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, options, &plan));
   std::unique_ptr<char[]> workspace(new (std::nothrow) char[plan.workspace_size()]);
   if (!workspace) {
-    return Status::Runtime(str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
+    return Status::Runtime(
+        str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
   }
   return plan.run(step, workspace.get(), plan.workspace_size(), stats);
 }
@@ -412,42 +455,45 @@ Status apply_adam_w_quant_step(const TensorView &var, const TensorView &grad, co
 // ---------------------------------------------------------------------------------------------
 // AdamW
 // ---------------------------------------------------------------------------------------------
-Status AdamW::plan(const TensorView &var, const TensorView &grad, const TensorView &m, const TensorView &v,
-                   const AdamWOptions &options, AdamW *out) {
+Status AdamW::plan(const TensorView &var, const TensorView &grad, const TensorView &m,
+                   const TensorView &v, const AdamWOptions &options, AdamW *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOpAdamW, ": out is null"));
   if (!is_float_type(var.dtype)) {
     return Status::Invalid(str_cat(kOpAdamW, ": var has dtype ", dtype_name(var.dtype),
                                    "; float32, float16 or bfloat16 is required"));
   }
   if (grad.dtype != var.dtype) {
-    return Status::Invalid(str_cat(kOpAdamW, ": grad has dtype ", dtype_name(grad.dtype), " but var has ",
-                                   dtype_name(var.dtype), "; they must match"));
+    return Status::Invalid(str_cat(kOpAdamW, ": grad has dtype ", dtype_name(grad.dtype),
+                                   " but var has ", dtype_name(var.dtype), "; they must match"));
   }
   if (m.dtype != DType::kFloat32 || v.dtype != DType::kFloat32) {
-    return Status::Invalid(str_cat(kOpAdamW, ": m and v must be float32, got ", dtype_name(m.dtype), " and ",
-                                   dtype_name(v.dtype)));
+    return Status::Invalid(str_cat(kOpAdamW, ": m and v must be float32, got ", dtype_name(m.dtype),
+                                   " and ", dtype_name(v.dtype)));
   }
   int64_t n = 0, other = 0;
   FUSEKIT_RETURN_IF_ERROR(checked_numel(kOpAdamW, var, "var", &n));
-  const std::pair<const TensorView *, const char *> all[] = {{&var, "var"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}};
+  const std::pair<const TensorView *, const char *> all[] = {
+      {&var, "var"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}};
   for (const auto &[t, name] : all) {
     FUSEKIT_RETURN_IF_ERROR(checked_numel(kOpAdamW, *t, name, &other));
     if (other != n) {
-      return Status::Invalid(str_cat(kOpAdamW, ": ", name, " has ", other, " elements ", t->shape_string(),
-                                     " but var has ", n, "; they must match"));
+      return Status::Invalid(str_cat(kOpAdamW, ": ", name, " has ", other, " elements ",
+                                     t->shape_string(), " but var has ", n, "; they must match"));
     }
     if (!t->is_contiguous()) {
-      return Status::Invalid(str_cat(kOpAdamW, ": ", name, " must be contiguous, got shape ", t->shape_string(),
-                                     " with strides ", strides_string(*t)));
+      return Status::Invalid(str_cat(kOpAdamW, ": ", name, " must be contiguous, got shape ",
+                                     t->shape_string(), " with strides ", strides_string(*t)));
     }
-    if (n > 0 && t->data == nullptr) return Status::NullPointer(str_cat(kOpAdamW, ": ", name, " has no data"));
+    if (n > 0 && t->data == nullptr)
+      return Status::NullPointer(str_cat(kOpAdamW, ": ", name, " has no data"));
   }
   FUSEKIT_RETURN_IF_ERROR(check_attributes(kOpAdamW, options.lr, options.beta1, options.beta2,
                                            options.weight_decay, options.eps, options.gnorm_scale));
   for (size_t i = 0; i < 4; ++i) {
     for (size_t j = i + 1; j < 4; ++j) {
       if (all[i].first->overlaps(*all[j].first)) {  // every pair holds a tensor written in place
-        return Status::Invalid(str_cat(kOpAdamW, ": ", all[i].second, " and ", all[j].second, " overlap in memory"));
+        return Status::Invalid(
+            str_cat(kOpAdamW, ": ", all[i].second, " and ", all[j].second, " overlap in memory"));
       }
     }
   }
@@ -476,14 +522,15 @@ Status AdamW::run(int64_t step, AdamWStats *stats) const {
   FUSEKIT_RETURN_IF_ERROR(check_step(kOpAdamW, step));
   if (n_ == 0) return Status::Ok();
   AdamWArgs a;
-  static_cast<AdamScalars &>(a) = derive(step, lr_, beta1_, beta2_, weight_decay_, eps_, gnorm_scale_);
+  static_cast<AdamScalars &>(a) =
+      derive(step, lr_, beta1_, beta2_, weight_decay_, eps_, gnorm_scale_);
   a.var = var_.data;
   a.grad = grad_.data;
   a.m = m_.as<float>();
   a.v = v_.as<float>();
   a.dtype = var_.dtype;
-  const AdamWElementsFn kernel =
-      kernel_ == KernelChoice::kReference ? &adam_w_elements_reference : adam_w_elements_optimized();
+  const AdamWElementsFn kernel = kernel_ == KernelChoice::kReference ? &adam_w_elements_reference
+                                                                     : adam_w_elements_optimized();
   std::atomic<int64_t> skipped{0};
   parallel_for(n_, threads_, 16384, [&](int64_t b, int64_t e) {
     skipped.fetch_add(kernel(a, b, e), std::memory_order_relaxed);
@@ -492,8 +539,9 @@ Status AdamW::run(int64_t step, AdamWStats *stats) const {
   return Status::Ok();
 }
 
-Status adam_w_step(const TensorView &var, const TensorView &grad, const TensorView &m, const TensorView &v,
-                   int64_t step, const AdamWOptions &options, AdamWStats *stats) {
+Status adam_w_step(const TensorView &var, const TensorView &grad, const TensorView &m,
+                   const TensorView &v, int64_t step, const AdamWOptions &options,
+                   AdamWStats *stats) {
   AdamW plan;
   FUSEKIT_RETURN_IF_ERROR(AdamW::plan(var, grad, m, v, options, &plan));
   return plan.run(step, stats);

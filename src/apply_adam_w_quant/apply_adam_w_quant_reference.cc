@@ -74,17 +74,23 @@ int64_t adam_w_elements(const AdamWArgs &a, int64_t begin, int64_t end) {
 
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   switch (a.dtype) {
-    case DType::kFloat16: return quant_blocks<float16_t>(a, begin, end);
-    case DType::kBFloat16: return quant_blocks<bfloat16_t>(a, begin, end);
-    default: return quant_blocks<float>(a, begin, end);
+    case DType::kFloat16:
+      return quant_blocks<float16_t>(a, begin, end);
+    case DType::kBFloat16:
+      return quant_blocks<bfloat16_t>(a, begin, end);
+    default:
+      return quant_blocks<float>(a, begin, end);
   }
 }
 
 int64_t adam_w_elements_reference(const AdamWArgs &a, int64_t begin, int64_t end) {
   switch (a.dtype) {
-    case DType::kFloat16: return adam_w_elements<float16_t>(a, begin, end);
-    case DType::kBFloat16: return adam_w_elements<bfloat16_t>(a, begin, end);
-    default: return adam_w_elements<float>(a, begin, end);
+    case DType::kFloat16:
+      return adam_w_elements<float16_t>(a, begin, end);
+    case DType::kBFloat16:
+      return adam_w_elements<bfloat16_t>(a, begin, end);
+    default:
+      return adam_w_elements<float>(a, begin, end);
   }
 }
 

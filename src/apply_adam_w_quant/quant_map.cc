@@ -25,7 +25,8 @@ std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed, int max_expo
     }
   };
   for (int i = 0; i < e; ++i) {
-    const int fractions = is_signed ? (1 << (i + kNonSignBits - e)) : (1 << (i + kNonSignBits - e + 1));
+    const int fractions =
+        is_signed ? (1 << (i + kNonSignBits - e)) : (1 << (i + kNonSignBits - e + 1));
     add_decade(std::pow(10.0, -(e - 1) + i), fractions);
   }
   const int additional = (1 << (kNonSignBits - e)) - 1;
@@ -36,7 +37,8 @@ std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed, int max_expo
   data.resize(kQuantMapSize);
   std::sort(data.begin(), data.end());
   std::array<float, kQuantMapSize> out;
-  for (int i = 0; i < kQuantMapSize; ++i) out[static_cast<size_t>(i)] = static_cast<float>(data[static_cast<size_t>(i)]);
+  for (int i = 0; i < kQuantMapSize; ++i)
+    out[static_cast<size_t>(i)] = static_cast<float>(data[static_cast<size_t>(i)]);
   return out;
 }
 
@@ -57,7 +59,10 @@ float threshold_between(float lo, float hi) {
   uint32_t b = float_key(std::bit_cast<uint32_t>(hi));  // hi wins at hi
   while (b - a > 1) {
     const uint32_t mid = a + (b - a) / 2;
-    if (upper_wins(lo, hi, std::bit_cast<float>(key_to_bits(mid)))) b = mid; else a = mid;
+    if (upper_wins(lo, hi, std::bit_cast<float>(key_to_bits(mid))))
+      b = mid;
+    else
+      a = mid;
   }
   return std::bit_cast<float>(key_to_bits(b));
 }
@@ -73,7 +78,10 @@ int quant_count_reference(const QuantMapTables &t, float x) {
   int lo = 0, hi = t.distinct - 1;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (t.thr[mid] <= x) lo = mid + 1; else hi = mid;
+    if (t.thr[mid] <= x)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -81,7 +89,8 @@ int quant_count_reference(const QuantMapTables &t, float x) {
 uint8_t quant_code_reference(const QuantMapTables &t, float x) {
   if (std::isnan(x)) x = 0.0f;
   int code = t.first[quant_count_reference(t, x)];
-  if (t.sign_fix && x * t.q[code] < 0.0f) code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, kQuantMapSize - 1);
+  if (t.sign_fix && x * t.q[code] < 0.0f)
+    code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, kQuantMapSize - 1);
   return static_cast<uint8_t>(code);
 }
 
@@ -103,7 +112,8 @@ void build_quant_tables(const float *q_in, int64_t q_stride, bool for_m, bool wi
     }
   }
   const int distinct = k + 1;
-  for (int i = distinct - 1; i < kQuantMapSize; ++i) thr[i] = std::numeric_limits<float>::quiet_NaN();
+  for (int i = distinct - 1; i < kQuantMapSize; ++i)
+    thr[i] = std::numeric_limits<float>::quiet_NaN();
   for (int i = distinct; i < kQuantMapSize; ++i) first[i] = first[distinct - 1];
 
   QuantMapTables t;

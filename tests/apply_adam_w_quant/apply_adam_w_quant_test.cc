@@ -78,9 +78,16 @@ struct FloatBuf {
       h[i] = narrow(dtype, x);
     }
   }
-  uint32_t bits(size_t i) const { return dtype == DType::kFloat32 ? std::bit_cast<uint32_t>(f32[i]) : h[i]; }
-  void *data() { return dtype == DType::kFloat32 ? static_cast<void *>(f32.data()) : static_cast<void *>(h.data()); }
-  TensorView view() { return TensorView::contiguous(data(), dtype, {static_cast<int64_t>(size())}); }
+  uint32_t bits(size_t i) const {
+    return dtype == DType::kFloat32 ? std::bit_cast<uint32_t>(f32[i]) : h[i];
+  }
+  void *data() {
+    return dtype == DType::kFloat32 ? static_cast<void *>(f32.data())
+                                    : static_cast<void *>(h.data());
+  }
+  TensorView view() {
+    return TensorView::contiguous(data(), dtype, {static_cast<int64_t>(size())});
+  }
 };
 
 // ---- maps --------------------------------------------------------------------------------------
@@ -117,7 +124,8 @@ int nearest_code(const Map &q, float x, bool sign_fix) {
   const float d_hi = q[hi] - x, d_lo = x - q[lo];
   const int pick = d_hi < d_lo ? hi : lo;
   int code = static_cast<int>(std::lower_bound(q.begin(), q.end(), q[pick]) - q.begin());
-  if (sign_fix && q[0] < 0.0f && x * q[code] < 0.0f) code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, 255);
+  if (sign_fix && q[0] < 0.0f && x * q[code] < 0.0f)
+    code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, 255);
   return code;
 }
 
@@ -134,7 +142,8 @@ Scal scalars(const Hyper &h) {
   Scal s;
   s.b1 = static_cast<float>(h.beta1);
   s.b2 = static_cast<float>(h.beta2);
-  const float lr = static_cast<float>(h.lr), wd = static_cast<float>(h.wd), eps = static_cast<float>(h.eps);
+  const float lr = static_cast<float>(h.lr), wd = static_cast<float>(h.wd),
+              eps = static_cast<float>(h.eps);
   const float t = static_cast<float>(h.step + 1);
   const float c1 = 1.0f - powf(s.b1, t);
   const float c2s = sqrtf(1.0f - powf(s.b2, t));
@@ -191,15 +200,18 @@ int64_t oracle_step(State &st, const Hyper &h) {
     st.absmax_m[b] = am;
     st.absmax_v[b] = av;
     for (size_t j = 0; j < len; ++j) {
-      st.m[lo + j] = static_cast<uint8_t>(nearest_code(st.qm, mm[j] / (am == 0.0f ? 1.0f : am), true));
-      st.v[lo + j] = static_cast<uint8_t>(nearest_code(st.qv, vv[j] / (av == 0.0f ? 1.0f : av), false));
+      st.m[lo + j] =
+          static_cast<uint8_t>(nearest_code(st.qm, mm[j] / (am == 0.0f ? 1.0f : am), true));
+      st.v[lo + j] =
+          static_cast<uint8_t>(nearest_code(st.qv, vv[j] / (av == 0.0f ? 1.0f : av), false));
     }
   }
   return skipped;
 }
 
 // Random state: codes uniform, absmax in a sensible range, grads in [-g, g].
-State make_state(uint64_t salt, DType t, size_t n, const Map &qm, const Map &qv, float gmax = 1.0f) {
+State make_state(uint64_t salt, DType t, size_t n, const Map &qm, const Map &qv,
+                 float gmax = 1.0f) {
   auto rng = rng_for(salt);
   State s;
   s.var = FloatBuf(t, uniform(rng, n, -2.f, 2.f));
@@ -228,13 +240,15 @@ ApplyAdamWQuantOptions options_of(const Hyper &h) {
   return o;
 }
 
-Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o, ApplyAdamWQuantStats *stats = nullptr) {
+Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o,
+               ApplyAdamWQuantStats *stats = nullptr) {
   const auto n = static_cast<int64_t>(s.var.size());
   const auto blocks = static_cast<int64_t>(s.absmax_m.size());
   return fusekit::apply_adam_w_quant_step(
       s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
       TensorView::of(s.qm.data(), {256}), TensorView::of(s.qv.data(), {256}),
-      TensorView::of(s.absmax_m.data(), {blocks}), TensorView::of(s.absmax_v.data(), {blocks}), h.step, o, stats);
+      TensorView::of(s.absmax_m.data(), {blocks}), TensorView::of(s.absmax_v.data(), {blocks}),
+      h.step, o, stats);
 }
 
 // Bitwise var and absmax, exact codes (the spec's one-step allowance is never needed here: both
@@ -249,16 +263,16 @@ void expect_same(const State &got, const State &want) {
   }
   for (size_t i = 0; i < got.m.size() && bad < 10; ++i) {
     if (got.m[i] != want.m[i] || got.v[i] != want.v[i]) {
-      ADD_FAILURE() << "codes[" << i << "]: got m " << int{got.m[i]} << " v " << int{got.v[i]} << ", want m "
-                    << int{want.m[i]} << " v " << int{want.v[i]};
+      ADD_FAILURE() << "codes[" << i << "]: got m " << int{got.m[i]} << " v " << int{got.v[i]}
+                    << ", want m " << int{want.m[i]} << " v " << int{want.v[i]};
       ++bad;
     }
   }
   for (size_t b = 0; b < got.absmax_m.size() && bad < 15; ++b) {
     if (!fusekit::testing::bits_equal(got.absmax_m[b], want.absmax_m[b]) ||
         !fusekit::testing::bits_equal(got.absmax_v[b], want.absmax_v[b])) {
-      ADD_FAILURE() << "absmax[" << b << "]: got " << got.absmax_m[b] << ", " << got.absmax_v[b] << " want "
-                    << want.absmax_m[b] << ", " << want.absmax_v[b];
+      ADD_FAILURE() << "absmax[" << b << "]: got " << got.absmax_m[b] << ", " << got.absmax_v[b]
+                    << " want " << want.absmax_m[b] << ", " << want.absmax_v[b];
       ++bad;
     }
   }
@@ -281,7 +295,7 @@ TEST(DynamicMap, SignedAndUnsignedMatchTheConstruction) {
   }
   const Map s = fusekit::create_dynamic_map(true);
   EXPECT_EQ(s[127], 0.0f);
-  EXPECT_FLOAT_EQ(s[128], 5.5e-7f);         // 1e-6 * (0.1 + 1) / 2
+  EXPECT_FLOAT_EQ(s[128], 5.5e-7f);  // 1e-6 * (0.1 + 1) / 2
   EXPECT_FLOAT_EQ(s[0], -(0.1f + 0.9f * 63 / 64 + 1.0f) / 2);
   for (int i = 0; i < 127; ++i) EXPECT_EQ(s[i], -s[254 - i]);
 }
@@ -306,7 +320,8 @@ TEST(NearestCode, ThresholdSearchMatchesTheBracketingDefinition) {
   for (auto &[name, q] : maps) {
     SCOPED_TRACE(name);
     std::vector<char> mem(fusekit::quant_tables_bytes(true) + 64);
-    auto *aligned = reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+    auto *aligned =
+        reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
     fusekit::QuantMapTables t;
     fusekit::build_quant_tables(q.data(), 1, true, true, aligned, &t);
     std::vector<float> xs = uniform(rng, 20000, -1.1f, 1.1f);
@@ -317,15 +332,18 @@ TEST(NearestCode, ThresholdSearchMatchesTheBracketingDefinition) {
         for (float x : {mid, std::nextafter(mid, -2.f), std::nextafter(mid, 2.f)}) xs.push_back(x);
       }
     }
-    for (float x : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-30f, -1e-30f, 1.0f, -1.0f, 5.0f, -5.0f}) xs.push_back(x);
+    for (float x : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-30f, -1e-30f, 1.0f, -1.0f, 5.0f, -5.0f})
+      xs.push_back(x);
     int bad = 0;
     for (float x : xs) {
       const int want = nearest_code(q, x, true);
       const int got = fusekit::quant_code_reference(t, x);
-      if (got != want && bad++ < 5) ADD_FAILURE() << "x = " << x << ": code " << got << ", want " << want;
+      if (got != want && bad++ < 5)
+        ADD_FAILURE() << "x = " << x << ": code " << got << ", want " << want;
     }
     EXPECT_EQ(bad, 0);
-    EXPECT_LE(t.refine_steps, std::string(name) == "one negative" || std::string(name) == "duplicates" ? 8 : 2);
+    EXPECT_LE(t.refine_steps,
+              std::string(name) == "one negative" || std::string(name) == "duplicates" ? 8 : 2);
   }
 }
 
@@ -345,11 +363,13 @@ void check_case(const Case &c, uint64_t salt) {
   const State start = make_state(salt, c.dtype, c.n, qm, qv);
   State want = start;
   const int64_t want_skipped = oracle_step(want, c.h);
-  const std::pair<KernelChoice, QuantSearch> ways[] = {{KernelChoice::kReference, QuantSearch::kAuto},
-                                                       {KernelChoice::kOptimized, QuantSearch::kTable},
-                                                       {KernelChoice::kOptimized, QuantSearch::kBinarySearch}};
+  const std::pair<KernelChoice, QuantSearch> ways[] = {
+      {KernelChoice::kReference, QuantSearch::kAuto},
+      {KernelChoice::kOptimized, QuantSearch::kTable},
+      {KernelChoice::kOptimized, QuantSearch::kBinarySearch}};
   for (const auto &[kernel, search] : ways) {
-    SCOPED_TRACE(testing::Message() << "kernel " << static_cast<int>(kernel) << " search " << static_cast<int>(search));
+    SCOPED_TRACE(testing::Message() << "kernel " << static_cast<int>(kernel) << " search "
+                                    << static_cast<int>(search));
     State got = start;
     ApplyAdamWQuantOptions o = options_of(c.h);
     o.kernel = kernel;
@@ -380,20 +400,23 @@ TEST_P(StepTest, MatchesOracle) {
   check_case({dtype, n, dynamic, h}, 300 + n);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, StepTest,
-    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
-                       ::testing::Values(size_t{1}, size_t{255}, size_t{256}, size_t{257}, size_t{5000}),
-                       ::testing::Bool()),
-    [](const auto &param_info) {
-      const auto &p = param_info.param;
-      return std::string(fusekit::dtype_name(std::get<0>(p))) + "_n" + std::to_string(std::get<1>(p)) +
-             (std::get<2>(p) ? "_dynamic" : "_linspace");
-    });
+INSTANTIATE_TEST_SUITE_P(Sizes, StepTest,
+                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16,
+                                                              DType::kBFloat16),
+                                            ::testing::Values(size_t{1}, size_t{255}, size_t{256},
+                                                              size_t{257}, size_t{5000}),
+                                            ::testing::Bool()),
+                         [](const auto &param_info) {
+                           const auto &p = param_info.param;
+                           return std::string(fusekit::dtype_name(std::get<0>(p))) + "_n" +
+                                  std::to_string(std::get<1>(p)) +
+                                  (std::get<2>(p) ? "_dynamic" : "_linspace");
+                         });
 
 // Several steps in a row: the codes and absmax a step writes are the next step's input.
 TEST(Step, TenStepsInARowStayOnTheOracle) {
-  State got = make_state(7, DType::kFloat32, 3000, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  State got = make_state(7, DType::kFloat32, 3000, fusekit::create_dynamic_map(true),
+                         fusekit::create_dynamic_map(false));
   State want = got;
   auto rng = rng_for(8);
   for (int64_t k = 0; k < 10; ++k) {
@@ -410,7 +433,8 @@ TEST(Step, TenStepsInARowStayOnTheOracle) {
 // A few million elements, the default (table) path, all threads.
 TEST(Step, ThreeMillionElements) {
   const size_t n = 3'000'000 + 77;
-  State start = make_state(9, DType::kFloat32, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  State start = make_state(9, DType::kFloat32, n, fusekit::create_dynamic_map(true),
+                           fusekit::create_dynamic_map(false));
   State want = start;
   Hyper h;
   h.wd = 0.01;
@@ -418,10 +442,12 @@ TEST(Step, ThreeMillionElements) {
   ApplyAdamWQuantOptions o = options_of(h);
   ApplyAdamWQuant plan;
   const auto N = static_cast<int64_t>(n), B = static_cast<int64_t>(start.absmax_m.size());
-  ASSERT_TRUE(ApplyAdamWQuant::plan(start.var.view(), start.grad.view(), TensorView::of(start.m.data(), {N}),
-                                    TensorView::of(start.v.data(), {N}), TensorView::of(start.qm.data(), {256}),
-                                    TensorView::of(start.qv.data(), {256}), TensorView::of(start.absmax_m.data(), {B}),
-                                    TensorView::of(start.absmax_v.data(), {B}), o, &plan)
+  ASSERT_TRUE(ApplyAdamWQuant::plan(
+                  start.var.view(), start.grad.view(), TensorView::of(start.m.data(), {N}),
+                  TensorView::of(start.v.data(), {N}), TensorView::of(start.qm.data(), {256}),
+                  TensorView::of(start.qv.data(), {256}),
+                  TensorView::of(start.absmax_m.data(), {B}),
+                  TensorView::of(start.absmax_v.data(), {B}), o, &plan)
                   .ok());
   EXPECT_TRUE(plan.uses_table());
   std::vector<char> ws(plan.workspace_size());
@@ -433,7 +459,8 @@ TEST(Step, ThreeMillionElements) {
 TEST(Step, EverySimdTarget) {
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     SCOPED_TRACE(fusekit::dtype_name(t));
-    const State start = make_state(11, t, 2000, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+    const State start = make_state(11, t, 2000, fusekit::create_dynamic_map(true),
+                                   fusekit::create_dynamic_map(false));
     State want = start;
     Hyper h;
     h.wd = 0.02;
@@ -504,7 +531,8 @@ TEST(Step, SeedExampleValues) {
   oracle_step(want, h);
   ASSERT_TRUE(run_api(s, h, options_of(h)).ok());
   expect_same(s, want);
-  for (size_t i = 0; i < 256; ++i) EXPECT_EQ(s.var.bits(i), 0u) << i;  // +0: 0 * step_size / (0 + eps c2s)
+  for (size_t i = 0; i < 256; ++i)
+    EXPECT_EQ(s.var.bits(i), 0u) << i;  // +0: 0 * step_size / (0 + eps c2s)
   EXPECT_EQ(s.absmax_m[0], 0.0f);
   EXPECT_EQ(s.absmax_v[0], 0.0f);
   EXPECT_EQ(std::count(s.m.begin(), s.m.end(), 0), 256);
@@ -512,7 +540,8 @@ TEST(Step, SeedExampleValues) {
 
 TEST(Step, NonFiniteBlocksAreLeftBitForBit) {
   for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-    State start = make_state(14, t, 256 * 6 + 100, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+    State start = make_state(14, t, 256 * 6 + 100, fusekit::create_dynamic_map(true),
+                             fusekit::create_dynamic_map(false));
     start.grad.set(256 + 17, std::numeric_limits<float>::quiet_NaN());
     start.grad.set(3 * 256 + 255, -std::numeric_limits<float>::infinity());
     start.grad.set(6 * 256 + 99, std::numeric_limits<float>::infinity());  // the partial last block
@@ -611,7 +640,8 @@ TEST(Step, SixteenBitStoresRoundHalfToEven) {
 TEST(Step, StridedViews) {
   const int64_t rows = 37, cols = 300, stride = 320;
   const size_t n = static_cast<size_t>(rows * cols);
-  const State dense = make_state(15, DType::kFloat32, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  const State dense = make_state(15, DType::kFloat32, n, fusekit::create_dynamic_map(true),
+                                 fusekit::create_dynamic_map(false));
   State want = dense;
   Hyper h;
   oracle_step(want, h);
@@ -635,8 +665,8 @@ TEST(Step, StridedViews) {
                   TensorView::strided(m.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
                   TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
                   TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
-                  TensorView::of(got.absmax_m.data(), {B}), TensorView::of(got.absmax_v.data(), {B}), h.step,
-                  options_of(h))
+                  TensorView::of(got.absmax_m.data(), {B}),
+                  TensorView::of(got.absmax_v.data(), {B}), h.step, options_of(h))
                   .ok());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < stride; ++c) {
@@ -734,7 +764,8 @@ TEST(Step, TransposedViews) {
                     TensorView::strided(m_k.data(), DType::kUInt8, {rows, cols}, {1, rows}),
                     TensorView::strided(v_k.data(), DType::kUInt8, {rows, cols}, {1, rows}),
                     TensorView::of(g2.qm.data(), {256}), TensorView::of(g2.qv.data(), {256}),
-                    TensorView::of(g2.absmax_m.data(), {B}), TensorView::of(g2.absmax_v.data(), {B}), h.step, o)
+                    TensorView::of(g2.absmax_m.data(), {B}),
+                    TensorView::of(g2.absmax_v.data(), {B}), h.step, o)
                     .ok());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
@@ -756,8 +787,8 @@ struct AclCase {
   std::vector<uint8_t> m, v;
   std::vector<int64_t> step = {3};
   std::vector<int64_t> shape = {2, 300};
-  aclTensor *t_var = nullptr, *t_grad = nullptr, *t_m = nullptr, *t_v = nullptr, *t_qm = nullptr, *t_qv = nullptr,
-            *t_am = nullptr, *t_av = nullptr, *t_step = nullptr;
+  aclTensor *t_var = nullptr, *t_grad = nullptr, *t_m = nullptr, *t_v = nullptr, *t_qm = nullptr,
+            *t_qv = nullptr, *t_am = nullptr, *t_av = nullptr, *t_step = nullptr;
   AclCase() {
     auto rng = rng_for(20);
     var = uniform(rng, 600, -1, 1);
@@ -772,7 +803,8 @@ struct AclCase {
     make();
   }
   static aclTensor *tensor(void *p, std::vector<int64_t> shape, aclDataType dt) {
-    return aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(), shape.size(), p);
+    return aclCreateTensor(shape.data(), shape.size(), dt, nullptr, 0, ACL_FORMAT_ND, shape.data(),
+                           shape.size(), p);
   }
   void make() {
     t_var = tensor(var.data(), shape, ACL_FLOAT);
@@ -786,15 +818,17 @@ struct AclCase {
     t_step = tensor(step.data(), {1}, ACL_INT64);
   }
   ~AclCase() {
-    for (aclTensor *t : {t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step}) aclDestroyTensor(t);
+    for (aclTensor *t : {t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step})
+      aclDestroyTensor(t);
   }
   // Phase one then (if it succeeds) phase two; returns the first failing status.
-  aclnnStatus run(const char *mode = "BLOCKWISE", int64_t block = 256, double lr = 1e-3, double beta1 = 0.9) {
+  aclnnStatus run(const char *mode = "BLOCKWISE", int64_t block = 256, double lr = 1e-3,
+                  double beta1 = 0.9) {
     uint64_t ws_size = 0;
     aclOpExecutor *ex = nullptr;
-    aclnnStatus s = aclnnApplyAdamWQuantGetWorkspaceSize(t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step, lr,
-                                                         beta1, 0.999, 0.01, 1e-8, 1.0, const_cast<char *>(mode),
-                                                         block, &ws_size, &ex);
+    aclnnStatus s = aclnnApplyAdamWQuantGetWorkspaceSize(
+        t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step, lr, beta1, 0.999, 0.01, 1e-8, 1.0,
+        const_cast<char *>(mode), block, &ws_size, &ex);
     if (s != ACLNN_SUCCESS) return s;
     std::vector<char> ws(ws_size);
     return aclnnApplyAdamWQuant(ws.data(), ws_size, ex, nullptr);
@@ -806,11 +840,13 @@ struct Snapshot {
   std::vector<uint8_t> m, v;
   explicit Snapshot(const AclCase &c) : var(c.var), am(c.am), av(c.av), m(c.m), v(c.v) {}
   bool same(const AclCase &c) const {
-    return std::memcmp(var.data(), c.var.data(), var.size() * 4) == 0 && am == c.am && av == c.av && m == c.m && v == c.v;
+    return std::memcmp(var.data(), c.var.data(), var.size() * 4) == 0 && am == c.am && av == c.av &&
+           m == c.m && v == c.v;
   }
 };
 
-void expect_refused(AclCase &c, aclnnStatus got, aclnnStatus code, const std::string &fragment, const Snapshot &before) {
+void expect_refused(AclCase &c, aclnnStatus got, aclnnStatus code, const std::string &fragment,
+                    const Snapshot &before) {
   EXPECT_EQ(got, code);
   const std::string msg = aclGetRecentErrMsg();
   EXPECT_EQ(msg.rfind("aclnnApplyAdamWQuant", 0), 0u) << msg;
@@ -926,12 +962,14 @@ TEST(Refusals, NonFiniteBlocksWarnOnTheAclnnPath) {
   AclCase c;
   c.grad[300] = std::numeric_limits<float>::quiet_NaN();
   ASSERT_EQ(c.run(), ACLNN_SUCCESS);
-  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("1 of 3 blocks were left unchanged"), std::string::npos)
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("1 of 3 blocks were left unchanged"),
+            std::string::npos)
       << aclGetRecentErrMsg();
 }
 
 TEST(Refusals, CppApiChecks) {
-  State s = make_state(21, DType::kFloat32, 1000, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  State s = make_state(21, DType::kFloat32, 1000, fusekit::create_dynamic_map(true),
+                       fusekit::create_dynamic_map(false));
   Hyper h;
   ApplyAdamWQuantOptions o = options_of(h);
   o.block_size = 64;
@@ -952,11 +990,12 @@ TEST(Refusals, CppApiChecks) {
   std::vector<uint8_t> m(600), v(600);
   std::vector<float> am(3), av(3);
   Map qm = fusekit::create_dynamic_map(true), qv = fusekit::create_dynamic_map(false);
-  st = fusekit::apply_adam_w_quant_step(TensorView::strided(var.data(), DType::kFloat32, {2, 300}, {0, 1}),
-                                        TensorView::of(grad.data(), {2, 300}), TensorView::of(m.data(), {2, 300}),
-                                        TensorView::of(v.data(), {2, 300}), TensorView::of(qm.data(), {256}),
-                                        TensorView::of(qv.data(), {256}), TensorView::of(am.data(), {3}),
-                                        TensorView::of(av.data(), {3}), 0);
+  st = fusekit::apply_adam_w_quant_step(
+      TensorView::strided(var.data(), DType::kFloat32, {2, 300}, {0, 1}),
+      TensorView::of(grad.data(), {2, 300}), TensorView::of(m.data(), {2, 300}),
+      TensorView::of(v.data(), {2, 300}), TensorView::of(qm.data(), {256}),
+      TensorView::of(qv.data(), {256}), TensorView::of(am.data(), {3}),
+      TensorView::of(av.data(), {3}), 0);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("reaches some elements twice"), std::string::npos) << st.message();
 }
@@ -1017,8 +1056,9 @@ TEST(AdamW, MatchesOracleOnEveryDtypeKernelAndThreadCount) {
 
 TEST(AdamW, Refusals) {
   std::vector<float> var(100), grad(100), m(100), v(50);
-  Status st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
-                                   TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0);
+  Status st =
+      fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
+                           TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("AdamW: v has 50 elements"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(var.data(), {100}),

@@ -567,7 +567,8 @@ TEST(LazyAdamAclnn, RefusalsNameTheArgumentAndModifyNothing) {
   // rows of a written table that overlap each other (row stride 4 < 8 columns)
   const int64_t short_rows[2] = {4, 1};
   aclTensor *v_self = a.make({64, 8}, ACL_FLOAT, a.p.v.data.data(), short_rows);
-  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, v_self, a.var, a.lr, 0.9, 0.999, 1e-7, &ws, &ex),
+  expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, v_self, a.var, a.lr, 0.9, 0.999,
+                                               1e-7, &ws, &ex),
                  ACLNN_ERR_PARAM_INVALID, {"inputV", "row stride 4", "overlap"});
   // overlaps
   expect_refused(aclnnLazyAdamGetWorkspaceSize(a.grad, a.idx, a.m, a.m, a.var, a.lr, 0.9, 0.999,

@@ -20,11 +20,15 @@ TEST(RadixSort, StableAndThreadCountInvariant) {
         keys[static_cast<size_t>(i)] = (field << 32) | static_cast<uint64_t>(i);
       }
       std::vector<uint64_t> want = keys;
-      std::stable_sort(want.begin(), want.end(), [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
+      std::stable_sort(want.begin(), want.end(),
+                       [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
       for (int threads : {1, 2, 3, 4}) {
-        std::vector<uint64_t> a = keys, tmp(keys.size()), hist(fusekit::radix_sort_scratch_bytes(threads) / 8);
-        const uint64_t *out = fusekit::radix_sort_u64(a.data(), tmp.data(), n, 32, bits, hist.data(), threads, 0);
-        ASSERT_TRUE(std::equal(want.begin(), want.end(), out)) << "n=" << n << " bits=" << bits << " threads=" << threads;
+        std::vector<uint64_t> a = keys, tmp(keys.size()),
+                              hist(fusekit::radix_sort_scratch_bytes(threads) / 8);
+        const uint64_t *out =
+            fusekit::radix_sort_u64(a.data(), tmp.data(), n, 32, bits, hist.data(), threads, 0);
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), out))
+            << "n=" << n << " bits=" << bits << " threads=" << threads;
       }
     }
   }
