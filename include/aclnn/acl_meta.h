@@ -14,7 +14,9 @@ typedef int32_t aclnnStatus;
 #define ACLNN_ERR_PARAM_NULLPTR 161001
 #define ACLNN_ERR_PARAM_INVALID 161002
 #define ACLNN_ERR_RUNTIME_ERROR 361001
+#define ACLNN_ERR_INNER 561000
 #define ACLNN_ERR_INNER_TILING_ERROR 561002
+#define ACLNN_ERR_INNER_FIND_KERNEL_ERROR 561003
 
 /* A view of device (here: host) memory: viewDims/stride describe the view in elements, offset is
  * in elements from tensorData, storageDims describe the allocation the view lies in. */

@@ -4,10 +4,13 @@
 
 namespace fusekit {
 
+// Each operator has an ordered list of implementations (Xxx::implementations(), the reference
+// implementation "cpu_reference" last). A plan takes the first one that supports the problem on
+// this machine, unless the options name one (Options::implementation, e.g. "cpu_hwy") or say:
 enum class KernelChoice {
-  kAuto,       // the optimized kernel (SIMD for the best instruction set this CPU has, threads)
-  kReference,  // the plain scalar kernel: the fallback and the test oracle's twin
-  kOptimized,  // the optimized kernel, explicitly
+  kAuto,       // the first implementation in the list that supports the problem
+  kReference,  // "cpu_reference": the plain scalar kernel, the fallback and the test oracle's twin
+  kOptimized,  // the first supported implementation other than the reference
 };
 
 }  // namespace fusekit

@@ -14,10 +14,12 @@ namespace fusekit {
 // The numbers are aclnn's, so the C layer passes them through unchanged.
 enum class StatusCode : int32_t {
   kOk = 0,
-  kNullPointer = 161001,      // ACLNN_ERR_PARAM_NULLPTR
-  kInvalidArgument = 161002,  // ACLNN_ERR_PARAM_INVALID
-  kRuntimeError = 361001,     // ACLNN_ERR_RUNTIME_ERROR
-  kShapeMismatch = 561002,    // ACLNN_ERR_INNER_TILING_ERROR (AddLora's shape relations)
+  kNullPointer = 161001,       // ACLNN_ERR_PARAM_NULLPTR
+  kInvalidArgument = 161002,   // ACLNN_ERR_PARAM_INVALID
+  kRuntimeError = 361001,      // ACLNN_ERR_RUNTIME_ERROR
+  kShapeMismatch = 561002,     // ACLNN_ERR_INNER_TILING_ERROR (AddLora's shape relations)
+  kNoImplementation = 561003,  // ACLNN_ERR_INNER_FIND_KERNEL_ERROR: a valid problem that no
+                               // implementation built into this library serves on this machine
 };
 
 class [[nodiscard]] Status {
@@ -30,6 +32,9 @@ class [[nodiscard]] Status {
   static Status Invalid(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
   static Status Runtime(std::string m) { return {StatusCode::kRuntimeError, std::move(m)}; }
   static Status ShapeMismatch(std::string m) { return {StatusCode::kShapeMismatch, std::move(m)}; }
+  static Status NoImplementation(std::string m) {
+    return {StatusCode::kNoImplementation, std::move(m)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

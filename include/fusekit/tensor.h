@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "fusekit/device.h"
 #include "fusekit/dtype.h"
 #include "fusekit/export.h"
 
@@ -21,6 +22,7 @@ struct TensorView {
   int ndim = 0;
   int64_t shape[kMaxDims] = {};
   int64_t strides[kMaxDims] = {};  // in elements
+  Device device = Device::kCpu;    // where data lives
 
   // A row-major contiguous view.
   FUSEKIT_API static TensorView contiguous(void *data, DType dtype,

@@ -17,7 +17,8 @@ class AddLoraExecutor final : public aclOpExecutor {
  public:
   explicit AddLoraExecutor(const AddLora &plan) : aclOpExecutor(kOp), plan_(plan) {}
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, std::string * /*warning*/) override {
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream /*stream*/,
+                 std::string * /*warning*/) override {
     return with_aclnn_name(plan_.run(workspace, workspace_size), "AddLora");
   }
 

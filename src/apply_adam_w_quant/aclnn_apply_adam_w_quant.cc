@@ -20,7 +20,8 @@ class ApplyAdamWQuantExecutor final : public aclOpExecutor {
   ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const TensorView &step)
       : aclOpExecutor(kOp), plan_(plan), step_(step) {}
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream /*stream*/,
+                 std::string *warning) override {
     const int64_t step = *step_.as<const int64_t>();  // read when phase two runs
     ApplyAdamWQuantStats stats;
     Status st =

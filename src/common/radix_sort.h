@@ -13,9 +13,13 @@ namespace fusekit {
 constexpr int kRadixBits = 11;
 constexpr int64_t kRadixBuckets = int64_t{1} << kRadixBits;
 
+// The keys are cut into this many slices per thread, each one chunk of the work-sharing layer.
+constexpr int kRadixSlicesPerThread = 4;
+
 // Bytes of histogram scratch radix_sort_u64 needs for `threads` threads.
 inline size_t radix_sort_scratch_bytes(int threads) {
-  return static_cast<size_t>(threads) * kRadixBuckets * sizeof(uint64_t);
+  return static_cast<size_t>(threads < 1 ? 1 : threads) * kRadixSlicesPerThread * kRadixBuckets *
+         sizeof(uint64_t);
 }
 
 // Sorts keys[0, n) stably by the field (key >> shift) & ((1 << bits) - 1), using tmp[0, n) and

@@ -16,13 +16,16 @@ constexpr const char *kOp = "aclnnLazyAdam";
 
 class LazyAdamExecutor final : public aclOpExecutor {
  public:
-  LazyAdamExecutor(const LazyAdam &plan, const TensorView &lr)
-      : aclOpExecutor(kOp), plan_(plan), lr_(lr) {}
+  LazyAdamExecutor(const LazyAdam &plan, const LazyAdamTensors &tensors, const TensorView &lr)
+      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
+    scalars_.lr_tensor = lr;  // read by the implementation when phase two runs
+  }
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, std::string *warning) override {
-    const float lr = *lr_.as<const float>();  // read when phase two runs
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
+                 std::string *warning) override {
     LazyAdamStats stats;
-    Status st = with_aclnn_name(plan_.run(lr, workspace, workspace_size, &stats), "LazyAdam");
+    Status st = with_aclnn_name(
+        plan_.run(tensors_, scalars_, workspace, workspace_size, &stats, stream), "LazyAdam");
     if (st.ok() && stats.rows_skipped_nonfinite > 0) {
       *warning = str_cat(kOp, ": warning: ", stats.rows_skipped_nonfinite,
                          " rows were left unchanged because their gradient is not finite");
@@ -32,7 +35,8 @@ class LazyAdamExecutor final : public aclOpExecutor {
 
  private:
   LazyAdam plan_;
-  TensorView lr_;
+  LazyAdamTensors tensors_;
+  LazyAdamScalars scalars_;
 };
 
 }  // namespace
@@ -60,15 +64,20 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
   }
   if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
   LazyAdam plan;
+  const LazyAdamTensors tensors{g, i, m, v, var};
   if (st.ok()) {
     LazyAdamOptions options;
     options.beta1 = beta1;
     options.beta2 = beta2;
     options.epsilon = epsilon;
-    st = with_aclnn_name(LazyAdam::plan(g, i, m, v, var, options, &plan), "LazyAdam");
+    LazyAdamProblem problem;
+    st = LazyAdamProblem::make(tensors, options, &problem);
+    if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+    if (st.ok()) st = LazyAdam::plan(problem, options, &plan);
+    st = with_aclnn_name(st, "LazyAdam");
   }
   std::unique_ptr<aclOpExecutor> ex;
-  if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, l);
+  if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, tensors, l);
   return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
 }
 

@@ -61,7 +61,7 @@ aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_si
   std::string warning;
   Status st;
   try {
-    st = owned->execute(workspace, workspace_size, &warning);
+    st = owned->execute(workspace, workspace_size, stream, &warning);
   } catch (const std::bad_alloc &) {
     st = Status::Runtime(str_cat(op, ": out of memory"));
   } catch (...) {

@@ -21,8 +21,9 @@ struct aclOpExecutor {
   aclOpExecutor &operator=(const aclOpExecutor &) = delete;
 
   virtual uint64_t workspace_size() const = 0;
-  // Runs the plan. A non-empty *warning is recorded for aclGetRecentErrMsg on success.
-  virtual fusekit::Status execute(void *workspace, uint64_t workspace_size,
+  // Runs the plan on the stream. A non-empty *warning is recorded for aclGetRecentErrMsg on
+  // success.
+  virtual fusekit::Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
                                   std::string *warning) = 0;
 
   uint32_t magic = kMagic;

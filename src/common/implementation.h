@@ -1,0 +1,122 @@
+// fusekit internal: the seam between an operator's plan and its implementations.
+//
+// Every operator has, in src/<op>/<op>_implementations.cc, an ordered list of implementations
+// (the reference implementation last). An implementation is a struct of plain function pointers
+// over the operator's Problem (shapes, dtypes, strides, attributes; no pointers):
+//
+//   struct XxxImpl {
+//     const char *name;                                        // "cpu_hwy", "cpu_reference", ...
+//     const char *(*why_not)(const XxxProblem &);              // null: supported on this machine
+//     size_t (*workspace_bytes)(const XxxProblem &, int threads);
+//     Status (*run)(const XxxProblem &, const XxxTensors &, const XxxScalars &, const RunContext &,
+//                   XxxStats *);
+//   };
+//
+// A plan picks one (choose_implementation below), books its workspace, and runs it any number of
+// times on tensors bound per run. run() does the per-step data work (index checks, grouping,
+// gathering) as named stages on ctx.timer, and must not write anything before its data checks
+// pass.
+#ifndef FUSEKIT_COMMON_IMPLEMENTATION_H_
+#define FUSEKIT_COMMON_IMPLEMENTATION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/str_cat.h"
+#include "common/verbose.h"
+#include "fusekit/device.h"
+#include "fusekit/kernel_choice.h"
+#include "fusekit/status.h"
+#include "fusekit/tensor.h"
+
+namespace fusekit {
+
+inline constexpr size_t kWorkspaceAlign = 64;
+inline constexpr const char *kReferenceName = "cpu_reference";
+
+inline size_t align_up(size_t n, size_t a = kWorkspaceAlign) {
+  return (n + a - 1) / a * a;
+}
+
+// What a run gets besides its problem and tensors.
+struct RunContext {
+  char *workspace = nullptr;  // 64-byte aligned; workspace_bytes() of the implementation
+  size_t workspace_size = 0;
+  int threads = 1;
+  StreamHandle stream = nullptr;
+  StageTimer *timer = nullptr;  // never null inside run()
+};
+
+// The first implementation of `list` that supports the problem (why_not() == null) and matches
+// the request: a name (when non-empty), else the kernel choice.
+template <class Impl, class Problem>
+Status choose_implementation(const char *op, std::span<const Impl *const> list, const Problem &p,
+                             KernelChoice choice, const char *name, const Impl **out) {
+  const bool by_name = name != nullptr && *name != '\0';
+  std::string compiled, reasons;
+  for (const Impl *impl : list) {
+    compiled += (compiled.empty() ? "" : ", ") + std::string(impl->name);
+    const bool is_ref = std::strcmp(impl->name, kReferenceName) == 0;
+    if (by_name ? std::strcmp(impl->name, name) != 0
+                : (choice == KernelChoice::kReference && !is_ref) ||
+                      (choice == KernelChoice::kOptimized && is_ref)) {
+      continue;
+    }
+    if (const char *why = impl->why_not(p); why != nullptr) {
+      reasons += str_cat(reasons.empty() ? "" : "; ", impl->name, ": ", why);
+      continue;
+    }
+    *out = impl;
+    return Status::Ok();
+  }
+  if (by_name && reasons.empty()) {
+    return Status::Invalid(
+        str_cat(op, ": no implementation is named \"", name, "\" (built: ", compiled, ")"));
+  }
+  return Status::NoImplementation(str_cat(
+      op, ": no implementation built into this library supports this problem on this machine (",
+      reasons.empty() ? std::string("none requested") : reasons, "; built: ", compiled, ")"));
+}
+
+template <class Impl>
+std::vector<std::string> implementation_names(std::span<const Impl *const> list) {
+  std::vector<std::string> names;
+  for (const Impl *impl : list) names.emplace_back(impl->name);
+  return names;
+}
+
+// The workspace a run was given: big enough, present when needed, then aligned.
+inline Status aligned_workspace(const char *op, void *workspace, size_t size, size_t needed,
+                                char **out) {
+  if (size < needed) {
+    return Status::Invalid(str_cat(op, ": workspace of ", size, " bytes, ", needed, " needed"));
+  }
+  if (needed > 0 && workspace == nullptr)
+    return Status::NullPointer(str_cat(op, ": workspace is null"));
+  const auto p = reinterpret_cast<uintptr_t>(workspace);
+  *out = reinterpret_cast<char *>((p + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign);
+  return Status::Ok();
+}
+
+// For why_not(): null when every tensor of the list is on the CPU.
+inline const char *cpu_only(std::initializer_list<const TensorView *> tensors) {
+  for (const TensorView *t : tensors) {
+    if (t->device != Device::kCpu) return "a tensor is not on the cpu";
+  }
+  return nullptr;
+}
+
+// Whether two descriptions have the same dtype, device, shape and strides (strides of size-1
+// dimensions are not compared). Data pointers are not looked at.
+bool same_layout(const TensorView &a, const TensorView &b);
+// "run: gradient has shape [4, 8] and strides [8, 1] on cpu, but the plan was made for ..." or ok.
+Status check_binding(const char *op, const char *name, const TensorView &planned,
+                     const TensorView &bound);
+
+}  // namespace fusekit
+
+#endif  // FUSEKIT_COMMON_IMPLEMENTATION_H_
