@@ -13,7 +13,7 @@ cmake --build build -j "$(nproc)"
 
 status=0
 ops=()
-for op in lazy_adam apply_adam_w_quant add_lora; do
+for op in $(grep -E '^[a-z0-9_]+$' operators.txt); do  # the operator list
   [ -f "golden/$op.py" ] && [ -x "build/tools/run_$op" ] || continue
   ops+=("$op")
   echo "=== $op ($size) ==="
