@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/ceilings.h"
@@ -189,6 +190,90 @@ void BM_LazyAdamWithRepeats(benchmark::State &state) {
                  " D=" + std::to_string(d.s.dim) + " drawn with replacement");
 }
 
+// The seed shape on each implementation of the list (the reference is the plain scalar loop).
+void BM_LazyAdamImplementation(benchmark::State &state, const std::string &impl) {
+  const Data d(shape_for(32));
+  fusekit::LazyAdamOptions o;
+  o.implementation = impl.c_str();
+  fusekit::LazyAdam plan;
+  const auto st =
+      fusekit::LazyAdam::plan(TensorView::of(d.grad.as<float>(), {d.s.n, d.s.dim}),
+                              TensorView::of(d.idx.as<int32_t>(), {d.s.n}),
+                              TensorView::of(d.m.as<float>(), {d.s.rows, d.s.dim}),
+                              TensorView::of(d.v.as<float>(), {d.s.rows, d.s.dim}),
+                              TensorView::of(d.var.as<float>(), {d.s.rows, d.s.dim}), o, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+  std::vector<double> t_op;
+  for (auto _ : state) {
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
+    t_op.push_back(t);
+    state.SetIterationTime(t);
+  }
+  fusekit::bench::report_bandwidth_seconds(state, d.bytes(), fusekit::bench::median_of(t_op));
+  state.SetLabel(impl);
+}
+
+const bool registered_implementations = [] {
+  for (const std::string &impl : fusekit::LazyAdam::implementations()) {
+    benchmark::RegisterBenchmark(("BM_LazyAdamImplementation/" + impl).c_str(),
+                                 BM_LazyAdamImplementation, impl)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(5);
+  }
+  return true;
+}();
+
+// Per-step overhead on a tiny problem (1 index into a 1-row table, D = 8): a plan made once and
+// run with bindings each step, against a fresh problem + plan + run each step.
+struct Tiny {
+  std::vector<float> g = std::vector<float>(8, 0.5f), m = std::vector<float>(8, 0.1f),
+                     v = std::vector<float>(8, 0.2f), var = std::vector<float>(8, 1.0f);
+  int32_t idx = 0;
+  fusekit::LazyAdamTensors tensors() {
+    return {TensorView::of(g.data(), {1, 8}), TensorView::of(&idx, {1}),
+            TensorView::of(m.data(), {1, 8}), TensorView::of(v.data(), {1, 8}),
+            TensorView::of(var.data(), {1, 8})};
+  }
+};
+
+void BM_LazyAdamPlanReuse(benchmark::State &state) {
+  Tiny t;
+  fusekit::LazyAdamProblem problem;
+  fusekit::LazyAdam plan;
+  if (!fusekit::LazyAdamProblem::make(t.tensors(), {}, &problem).ok() ||
+      !fusekit::LazyAdam::plan(problem, {}, &plan).ok()) {
+    state.SkipWithError("plan failed");
+    return;
+  }
+  std::vector<char> ws(plan.workspace_size());
+  fusekit::LazyAdamScalars scalars;
+  scalars.lr = 1e-3f;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
+  }
+  state.SetLabel(plan.implementation());
+}
+
+void BM_LazyAdamFreshPlan(benchmark::State &state) {
+  Tiny t;
+  for (auto _ : state) {
+    fusekit::LazyAdamProblem problem;
+    fusekit::LazyAdam plan;
+    benchmark::DoNotOptimize(fusekit::LazyAdamProblem::make(t.tensors(), {}, &problem).ok());
+    benchmark::DoNotOptimize(fusekit::LazyAdam::plan(problem, {}, &plan).ok());
+    std::vector<char> ws(plan.workspace_size());
+    fusekit::LazyAdamScalars scalars;
+    scalars.lr = 1e-3f;
+    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
+  }
+}
+
 void BM_CopyBandwidth(benchmark::State &state) {
   for (auto _ : state) benchmark::DoNotOptimize(fusekit::bench::copy_bandwidth());
   state.counters["copy_GB/s"] = fusekit::bench::copy_bandwidth() * 1e-9;
@@ -197,6 +282,8 @@ void BM_CopyBandwidth(benchmark::State &state) {
 }  // namespace
 
 BENCHMARK(BM_CopyBandwidth)->Iterations(1);
+BENCHMARK(BM_LazyAdamPlanReuse)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LazyAdamFreshPlan)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LazyAdam)
     ->ArgName("D")
     ->Arg(32)

@@ -4,6 +4,7 @@
 
 #include "common/last_message.h"
 #include "common/str_cat.h"
+#include "runtime/device_query.h"
 
 namespace fusekit {
 
@@ -122,6 +123,7 @@ extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
   v.data = tensorData == nullptr
                ? nullptr
                : static_cast<char *>(tensorData) + offset * static_cast<int64_t>(esize);
+  v.device = fusekit::device_of_pointer(tensorData);
   return t;
 }
 
