@@ -828,7 +828,8 @@ TEST(LazyAdamPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
 TEST(LazyAdamPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
   Problem p = make_problem(230, 10, 4, 8);
   auto t = tensors_of(p);
-  for (auto *tv : {&t.gradient, &t.indices, &t.m, &t.v, &t.var}) tv->device = fusekit::Device::kCuda;
+  for (auto *tv : {&t.gradient, &t.indices, &t.m, &t.v, &t.var})
+    tv->device = fusekit::Device::kCuda;
   fusekit::LazyAdamProblem problem;
   ASSERT_TRUE(fusekit::LazyAdamProblem::make(t, {}, &problem).ok());  // a valid problem
   fusekit::LazyAdam plan;
