@@ -8,9 +8,12 @@
 // Both against the roofline floor max(flops / peak, bytes / copy bandwidth), where bytes counts
 // everything read and written (x, y read, out written, the adapters' weights, the indices):
 // "of_roofline" = floor / measured time (1.0 = at the floor; the target is >= 0.5).
+// And the cost of planning: one token on tiny shapes, a reused plan's run (BM_AddLoraPlanReuse)
+// against plan + run every call (BM_AddLoraFreshPlan), in microseconds per call.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -159,5 +162,83 @@ BENCHMARK(BM_AddLoraDecode)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.5);
+
+// One token, tiny shapes (B = 1, H1 = H2 = H3 = 64, R = 16, W = 4, float16, in place): what a
+// call costs besides the arithmetic. "us_per_call" per call.
+struct Tiny {
+  static constexpr int64_t kB = 1, kH = 64, kR = 16, kW = 4;
+  std::vector<uint16_t> x, y, wa, wb;
+  std::vector<int32_t> idx{2};
+  fusekit::AddLoraTensors t;
+  Tiny()
+      : x(static_cast<size_t>(kB * kH)),
+        y(static_cast<size_t>(kB * kH)),
+        wa(static_cast<size_t>(kW * kR * kH)),
+        wb(static_cast<size_t>(kW * kH * kR)) {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    for (auto *v : {&x, &y, &wa, &wb}) {
+      for (auto &e : *v) e = fusekit::float_to_half_bits(u(rng));
+    }
+    t.y = TensorView::contiguous(y.data(), DType::kFloat16, {kB, kH});
+    t.x = TensorView::contiguous(x.data(), DType::kFloat16, {kB, kH});
+    t.weight_b = TensorView::contiguous(wb.data(), DType::kFloat16, {kW, 1, kH, kR});
+    t.indices = TensorView::of(idx.data(), {kB});
+    t.weight_a = TensorView::contiguous(wa.data(), DType::kFloat16, {kW, 1, kR, kH});
+    t.out = t.y;
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+
+void report_per_call(benchmark::State &state, Clock::time_point start, const char *impl) {
+  const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  state.counters["us_per_call"] =
+      state.iterations() > 0 ? us / static_cast<double>(state.iterations()) : 0.0;
+  state.SetLabel(std::string("float16 B=1 H=64 R=16 W=4 ") + impl);
+}
+
+void BM_AddLoraPlanReuse(benchmark::State &state) {
+  Tiny tiny;
+  fusekit::AddLoraProblem problem;
+  AddLora plan;
+  if (!fusekit::AddLoraProblem::make(tiny.t, {}, &problem).ok() ||
+      !AddLora::plan(problem, {}, &plan).ok()) {
+    state.SkipWithError("plan failed");
+    return;
+  }
+  std::vector<char> ws(plan.workspace_size());
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    const auto st = plan.run(tiny.t, ws.data(), ws.size());
+    if (!st.ok()) {
+      state.SkipWithError(st.message().c_str());
+      break;
+    }
+  }
+  report_per_call(state, start, plan.implementation());
+}
+BENCHMARK(BM_AddLoraPlanReuse)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+
+void BM_AddLoraFreshPlan(benchmark::State &state) {
+  Tiny tiny;
+  std::vector<char> ws(1 << 20);
+  const char *impl = "none";
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    AddLora plan;
+    auto st = AddLora::plan(tiny.t.y, tiny.t.x, tiny.t.weight_b, tiny.t.indices, tiny.t.weight_a,
+                            tiny.t.out, {}, &plan);
+    if (st.ok() && plan.workspace_size() > ws.size()) ws.resize(plan.workspace_size());
+    if (st.ok()) st = plan.run(ws.data(), ws.size());
+    if (!st.ok()) {
+      state.SkipWithError(st.message().c_str());
+      break;
+    }
+    impl = plan.implementation();
+  }
+  report_per_call(state, start, impl);
+}
+BENCHMARK(BM_AddLoraFreshPlan)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 
 }  // namespace

@@ -9,16 +9,26 @@
 // A negative index or an index equal to W means "no adapter": that row of out is the row of y.
 // out may be y itself (in place); otherwise y is not modified. See docs/add_lora.md.
 //
-// Two phases: AddLora::plan() validates shapes, dtypes, layouts and attributes and sizes the
-// workspace; run() checks the indices (an index > W fails, naming the row, before anything is
-// written), groups the rows by adapter with a stable counting sort in the workspace and runs
-// each group as a small GEMM (prefill: many rows per adapter) or matrix-vector products (decode).
+// An AddLoraProblem (shapes, dtypes, strides, devices, attributes; no data) is validated once;
+// AddLora::plan() picks an implementation from AddLora::implementations() and sizes its
+// workspace; run() binds the tensors of one call (checked against the problem), checks the
+// indices (an index > W fails, naming the row, before anything is written), groups the rows by
+// adapter and computes. A plan is reused for any number of runs, on other buffers each time.
+//
+// In place is a property of each binding, not of the problem: a run whose out is y itself (the
+// same data pointer; the problem's out then has y's layout) updates y in place, and a run whose
+// out is a separate buffer leaves y alone and copies the untouched part of y into out. One plan
+// serves both. Any other overlap of out with y, or any overlap of out with x, the weights or the
+// indices, is refused when the tensors are bound (AddLoraProblem::check).
 #ifndef FUSEKIT_ADD_LORA_H_
 #define FUSEKIT_ADD_LORA_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
 #include "fusekit/status.h"
@@ -26,7 +36,7 @@
 
 namespace fusekit {
 
-// Which optimized path serves an adapter's group of rows.
+// Which path of the optimized implementation serves an adapter's group of rows.
 enum class AddLoraPath {
   kAuto,     // by group size: groups of at least AddLora::kPrefillMinRows rows run as GEMMs
   kPrefill,  // every group as a GEMM (weights packed once per group, tiles over rows and columns)
@@ -35,58 +45,102 @@ enum class AddLoraPath {
 
 struct AddLoraOptions {
   int64_t layer_idx = 0;
-  double scale = 1.0;  // converted to float32 when planned
+  double scale = 1.0;  // converted to float32 when the problem is made
   int64_t y_offset = 0;
   int64_t y_slice_size = -1;  // -1 or H2
   KernelChoice kernel = KernelChoice::kAuto;
-  AddLoraPath path = AddLoraPath::kAuto;  // ignored by the reference kernel
+  const char *implementation = nullptr;   // a name from AddLora::implementations(), or auto
+  AddLoraPath path = AddLoraPath::kAuto;  // ignored by the reference implementation
   int num_threads = 0;                    // 0: fusekit::num_threads() when the plan is made
 };
 
 struct AddLoraStats {
   int64_t rows_with_adapter = 0;                  // rows that received an update
   int64_t rows_without_adapter = 0;               // index < 0 or == W
-  int64_t prefill_groups = 0, decode_groups = 0;  // adapters served by each path (optimized kernel)
+  int64_t prefill_groups = 0, decode_groups = 0;  // adapters served by each path (cpu_hwy)
 };
+
+// The tensors of one run. y, out: [B, H3]; x: [B, H1]; weight_b: [W, L, H2, R]; indices: int32
+// [B]; weight_a: [W, L, R, H1], or an empty TensorView (then H1 must equal R). y, x, the weights
+// and out share one dtype: float16, bfloat16 or float32. Every tensor needs a contiguous
+// innermost dimension; outer strides are free (out can be a slice of a wider buffer).
+struct AddLoraTensors {
+  TensorView y, x, weight_b, indices, weight_a, out;
+};
+
+// What a plan is made for: shapes, dtypes, strides, devices and attributes. Data pointers are not
+// looked at (the descriptions keep them null).
+class AddLoraProblem {
+ public:
+  // Validates everything that shapes, dtypes, strides and attributes can tell (the codes and
+  // messages of aclnnAddLora: dtypes 161002, ranks and shape relations 561002, ...).
+  FUSEKIT_API static Status make(const AddLoraTensors &tensors, const AddLoraOptions &options,
+                                 AddLoraProblem *out);
+  // Checks the tensors bound to a run: the problem's layouts (kInvalidArgument naming the tensor),
+  // data present (kNullPointer), and no forbidden overlap (kInvalidArgument): out may be exactly
+  // y, and must not share memory with any input otherwise.
+  FUSEKIT_API Status check(const AddLoraTensors &tensors) const;
+
+  AddLoraTensors desc;  // the descriptions (data null); weight_a empty when absent
+  int64_t b = 0, h1 = 0, h2 = 0, h3 = 0, r = 0, w = 0, l = 0, layer = 0, y_offset = 0;
+  bool has_a = false;
+  bool out_like_y = false;  // out has y's layout: a binding may pass y itself as out (in place)
+  float scale = 1.0f;
+  AddLoraPath path = AddLoraPath::kAuto;
+};
+
+struct AddLoraImpl;  // one implementation (src/add_lora/add_lora_implementations.cc)
 
 class AddLora {
  public:
   // Groups smaller than this run on the decode path under AddLoraPath::kAuto.
   static constexpr int64_t kPrefillMinRows = 8;
 
-  // Phase one. y, out: [B, H3]; x: [B, H1]; weight_b: [W, L, H2, R]; indices: int32 [B];
-  // weight_a: [W, L, R, H1], or an empty TensorView (then H1 must equal R). y, x, weights and out
-  // share one dtype: float16, bfloat16 or float32. Every tensor needs a contiguous innermost
-  // dimension; outer strides are free (out can be a slice of a wider buffer). out may be exactly
-  // y; any other overlap of out with an input is refused.
+  // The implementations built into this library, in the order a plan tries them (the reference
+  // implementation, "cpu_reference", last).
+  FUSEKIT_API static std::vector<std::string> implementations();
+
+  // Phase one: picks the implementation (the first that supports the problem on this machine, or
+  // the one the options ask for: kNoImplementation when none can, kInvalidArgument for an
+  // unknown name) and books its workspace. Writes nothing, reads no data.
+  FUSEKIT_API static Status plan(const AddLoraProblem &problem, const AddLoraOptions &options,
+                                 AddLora *plan);
+  // Phase one and a binding in one call: the problem of these tensors (checked as a run would
+  // check them), planned, with the tensors kept for run(workspace, ...) below.
   FUSEKIT_API static Status plan(const TensorView &y, const TensorView &x,
                                  const TensorView &weight_b, const TensorView &indices,
                                  const TensorView &weight_a, const TensorView &out,
                                  const AddLoraOptions &options, AddLora *plan);
 
-  // Bytes of scratch memory run() needs (run() aligns the pointer itself).
+  // Bytes of scratch memory a run needs (run() aligns the pointer itself).
   size_t workspace_size() const { return workspace_bytes_; }
+  // The implementation the plan runs ("cpu_hwy", "cpu_reference", ...).
+  FUSEKIT_API const char *implementation() const;
+  const AddLoraProblem &problem() const { return problem_; }
 
-  // Phase two. Reads the indices (an index > W fails with kShapeMismatch naming the row, and
-  // nothing is written), then computes out.
+  // Phase two, any number of times: binds the tensors (checked against the problem; the pointers
+  // and the indices may change from run to run), reads the indices (an index > W fails with
+  // kShapeMismatch naming the row, and nothing is written), then computes out. CPU
+  // implementations run synchronously and do not look at the stream.
+  FUSEKIT_API Status run(const AddLoraTensors &tensors, void *workspace, size_t workspace_size,
+                         AddLoraStats *stats = nullptr, StreamHandle stream = nullptr) const;
+  // Phase two on the tensors given to plan(y, x, ...).
   FUSEKIT_API Status run(void *workspace, size_t workspace_size,
                          AddLoraStats *stats = nullptr) const;
 
-  int64_t batch() const { return b_; }
-  int64_t rank() const { return r_; }
-  int64_t adapters() const { return w_; }
-  // The instruction set the optimized kernel runs on ("AVX3", "AVX2", ...).
+  int64_t batch() const { return problem_.b; }
+  int64_t rank() const { return problem_.r; }
+  int64_t adapters() const { return problem_.w; }
+  // The instruction set the Highway implementation runs on ("AVX3", "AVX2", ...).
   FUSEKIT_API static const char *optimized_target();
 
  private:
-  TensorView y_, x_, wb_, idx_, wa_, out_;
-  int64_t b_ = 0, h1_ = 0, h2_ = 0, h3_ = 0, r_ = 0, w_ = 0, layer_ = 0, y_offset_ = 0;
-  bool has_a_ = false, in_place_ = false;
-  float scale_ = 1.0f;
-  KernelChoice kernel_ = KernelChoice::kAuto;
-  AddLoraPath path_ = AddLoraPath::kAuto;
+  AddLoraProblem problem_;
+  const AddLoraImpl *impl_ = nullptr;
   int threads_ = 1;
   size_t workspace_bytes_ = 0;
+  AddLoraTensors bound_;
+  bool has_bound_ = false;
 };
 
 // One call: plan, allocate the workspace, run.

@@ -15,15 +15,18 @@ constexpr const char *kOp = "aclnnAddLora";
 
 class AddLoraExecutor final : public aclOpExecutor {
  public:
-  explicit AddLoraExecutor(const AddLora &plan) : aclOpExecutor(kOp), plan_(plan) {}
+  AddLoraExecutor(const AddLora &plan, const AddLoraTensors &tensors)
+      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {}
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, aclrtStream /*stream*/,
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
                  std::string * /*warning*/) override {
-    return with_aclnn_name(plan_.run(workspace, workspace_size), "AddLora");
+    return with_aclnn_name(plan_.run(tensors_, workspace, workspace_size, nullptr, stream),
+                           "AddLora");
   }
 
  private:
   AddLora plan_;
+  AddLoraTensors tensors_;
 };
 
 }  // namespace
@@ -46,16 +49,21 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
     st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
   if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
   AddLora plan;
+  const AddLoraTensors tensors{vy, vx, vb, vi, va, vo};
   if (st.ok()) {
     AddLoraOptions options;
     options.layer_idx = layerIdx;
     options.scale = scale;
     options.y_offset = yOffset;
     options.y_slice_size = ySliceSize;
-    st = with_aclnn_name(AddLora::plan(vy, vx, vb, vi, va, vo, options, &plan), "AddLora");
+    AddLoraProblem problem;
+    st = AddLoraProblem::make(tensors, options, &problem);
+    if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+    if (st.ok()) st = AddLora::plan(problem, options, &plan);
+    st = with_aclnn_name(st, "AddLora");
   }
   std::unique_ptr<aclOpExecutor> ex;
-  if (st.ok()) ex = std::make_unique<AddLoraExecutor>(plan);
+  if (st.ok()) ex = std::make_unique<AddLoraExecutor>(plan, tensors);
   return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
 }
 

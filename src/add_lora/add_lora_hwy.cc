@@ -1,5 +1,5 @@
 // AddLora, the optimized kernel: Highway SIMD, compiled for every x86 target Highway builds and
-// dispatched at run time; OpenMP threads over groups, rows and output columns.
+// dispatched at run time; threads (common/parallel.h) over groups, rows and output columns.
 //
 // Prefill path (a group of many rows on one adapter), per group:
 //   1. pack weightA^T to a float32 panel [H1, R16] and weightB^T to column tiles [H2/TW][R][TW]
@@ -11,7 +11,15 @@
 // Decode path (one or a few rows per adapter): t = dot(x, A[r]) streaming A once; then for each
 // output column z = dot(t, B[j]) streaming B once, and the epilogue over a block of columns.
 //
-// Every output element is computed by one thread, by the same operations in the same order for
+// Threads: each stage is one parallel_chunks call of common/parallel.h (chunks claimed from a
+// shared counter; a descheduled thread leaves its unclaimed chunks to the others, and a call
+// waits only for chunks in progress, never for a thread that has not started). Per prefill group
+// three calls: pack, shrink, expand. Decode groups: one call when there are at least 4 groups per
+// thread (a chunk is a whole group, shrink then expand), else two (shrink items, expand items).
+// Small work (under about 2 x 262144 multiply-adds) runs on the calling thread alone. Per-thread
+// scratch is indexed by the chunk's `worker`.
+//
+// Every output element is computed by one chunk, by the same operations in the same order for
 // any thread count, so results are bitwise identical for every thread count.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "add_lora/add_lora_hwy.cc"
@@ -19,12 +27,11 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "add_lora/add_lora_kernels.h"
+#include "common/parallel.h"
 #include "fusekit/float16.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -50,6 +57,7 @@ constexpr int64_t kShrinkItemBlocks = 8;  // row blocks per shrink item
 constexpr int64_t kColBlockCols = 1024;   // output columns per expand item (a multiple of any tile)
 constexpr int64_t kDecodeRanks = 16;      // ranks per decode shrink item
 constexpr int64_t kDecodeCols = 256;      // output columns per decode expand item
+constexpr int64_t kDecodeItemsPerChunk = 4;  // decode expand items claimed at once
 constexpr int64_t kRowBuf = 8;  // rows of x converted at once (the per-thread buffer holds 8)
 
 // ---- loads and stores of the three element types as float32 lanes ----
@@ -263,20 +271,216 @@ HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
 
 // ---- the driver ----
 
+// One call's constants and the work items of its stages. Each item is a pure function of its
+// index (and the worker's scratch buffer, whose contents never carry over from one item to
+// another), so which thread runs it, and in which order, never changes what it computes.
+template <typename T>
+struct Driver {
+  const AddLoraArgs &a;
+  const AddLoraScratch &s;
+  int64_t N, tw, R, h1, h2, ts, xs;
+  const T *x, *y;
+  T *out;
+  const T *wa, *wb;
+  bool has_a;
+  int64_t n_tiles, col_block_tiles, n_col_blocks, n_rank_vectors, kc, n_rank_chunks, n_dec_cols;
+
+  Driver(const AddLoraArgs &args, const AddLoraScratch &scratch) : a(args), s(scratch) {
+    const DF d;
+    N = static_cast<int64_t>(hn::Lanes(d));
+    tw = kNV * N;  // columns per expand tile
+    R = a.r;
+    h1 = a.h1;
+    h2 = a.h2;
+    ts = s.t_stride;
+    xs = (h1 + 15) / 16 * 16 + 16;  // staggered rows of the x buffer (decode)
+    x = static_cast<const T *>(a.x);
+    y = static_cast<const T *>(a.y);
+    out = static_cast<T *>(a.out);
+    wa = static_cast<const T *>(a.wa);
+    wb = static_cast<const T *>(a.wb);
+    has_a = wa != nullptr;
+    n_tiles = (h2 + tw - 1) / tw;
+    col_block_tiles = kColBlockCols / tw;
+    n_col_blocks = (n_tiles + col_block_tiles - 1) / col_block_tiles;
+    n_rank_vectors = ts / N;
+    // k per shrink chunk: a multiple of kXChunk with kc x R16 floats <= 256 KiB.
+    kc = std::max<int64_t>(kXChunk, 65536 / ts / kXChunk * kXChunk);
+    n_rank_chunks = (R + kDecodeRanks - 1) / kDecodeRanks;
+    n_dec_cols = (h2 + kDecodeCols - 1) / kDecodeCols;
+  }
+
+  float *Buf(int worker) const {
+    return reinterpret_cast<float *>(s.per_thread +
+                                     static_cast<size_t>(worker) * s.per_thread_bytes);
+  }
+
+  // ---- prefill, one group of n rows from g0 in the sorted order ----
+
+  int64_t PackAItems() const { return has_a ? (h1 + kKChunk - 1) / kKChunk : 0; }
+
+  // Item c < PackAItems(): a k-chunk of the weightA^T panel; after that, a column tile of
+  // weightB^T.
+  void PackItem(int64_t ad, int64_t c, float *buf) const {
+    const int64_t n_a = PackAItems();
+    if (c < n_a) {
+      PackAChunk(wa + ad * a.wa_adapter_stride, a.wa_row_stride, R, ts, c * kKChunk,
+                 std::min(kKChunk, h1 - c * kKChunk), s.a_panel, buf);
+    } else {
+      PackBTile(wb + ad * a.wb_adapter_stride, a.wb_row_stride, R, ts, h2, tw, c - n_a, s.b_panel,
+                buf);
+    }
+  }
+
+  // Shrink, kMR rows at a time, in items of kShrinkItemBlocks row blocks. Inside an item the k
+  // range is cut into chunks of kc columns, outermost, so that a chunk of the A panel
+  // (kc x R16 floats, at most 256 KiB) stays in this core's L2 while the item's row blocks pass
+  // it; between chunks the partial sums wait in t (float32, exactly as they were in the
+  // register), so each element is still one FMA chain in k order.
+  void ShrinkItem(int64_t g0, int64_t n, int64_t item, float *buf) const {
+    const int64_t n_blocks = (n + kMR - 1) / kMR;
+    const int64_t b_lo = item * kShrinkItemBlocks,
+                  b_hi = std::min(n_blocks, b_lo + kShrinkItemBlocks);
+    for (int64_t k0 = 0; k0 < h1; k0 += kc) {
+      const int64_t kn = std::min(kc, h1 - k0);
+      for (int64_t blk = b_lo; blk < b_hi; ++blk) {
+        const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
+        float *tr[kMR];
+        const T *xr[kMR];
+        for (int m = 0; m < kMR; ++m) {
+          const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+          tr[m] = s.t + k * ts;
+          xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
+        }
+        if (!has_a) {  // t = x
+          for (int m = 0; m < nrows; ++m) ConvertRow(xr[m] + k0, tr[m] + k0, kn);
+          continue;
+        }
+        PackXBlock(xr, k0, kn, buf);
+        // The next block's rows (the item's last block: none), prefetched during the first tile.
+        const T *next[kMR];
+        const bool has_next = blk + 1 < b_hi;
+        for (int m = 0; m < kMR && has_next; ++m) {
+          const int64_t k = g0 + (blk + 1) * kMR + std::min<int64_t>(m, n - (blk + 1) * kMR - 1);
+          next[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride + k0;
+        }
+        const float *at = s.a_panel + k0 * ts;
+        for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
+          const int64_t r0 = v0 * N;
+          const T *const *pf = has_next && v0 == 0 ? next : nullptr;
+          switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
+            case 1:
+              ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+              break;
+            case 2:
+              ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+              break;
+#if HWY_TARGET <= HWY_AVX3
+            case 3:
+              ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+              break;
+            case 4:
+              ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
+              break;
+#endif
+            default:
+              break;
+          }
+        }
+      }
+    }
+  }
+
+  // Expand: items are (column block, row panel), column-block major; inside an item, row tiles
+  // outer so that each row of y and out is walked in runs of a whole column block, and the next
+  // row tile's y is prefetched while this one is computed.
+  void ExpandItem(int64_t g0, int64_t n, int64_t item, float *buf) const {
+    const int64_t n_blocks = (n + kMR - 1) / kMR;
+    const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
+    const int64_t cb = item / n_panels, rp = item % n_panels;
+    const int64_t ct_begin = cb * col_block_tiles,
+                  ct_end = std::min(n_tiles, ct_begin + col_block_tiles);
+    const int64_t blk_end = std::min(n_blocks, (rp + 1) * kRowPanelTiles);
+    for (int64_t blk = rp * kRowPanelTiles; blk < blk_end; ++blk) {
+      const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
+      const float *tr[kMR];
+      const T *yr[kMR];
+      T *outr[kMR];
+      for (int m = 0; m < kMR; ++m) {
+        const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
+        const int64_t row = a.rows[k];
+        tr[m] = s.t + k * ts;
+        yr[m] = y + row * a.y_stride + a.y_offset;
+        outr[m] = out + row * a.out_stride + a.y_offset;
+      }
+      const int64_t next_rows = blk + 1 < blk_end ? std::min<int64_t>(kMR, n - (blk + 1) * kMR) : 0;
+      for (int64_t ct = ct_begin; ct < ct_end; ++ct) {
+        const int64_t col0 = ct * tw;
+        for (int64_t m = 0; m < next_rows; ++m) {
+          const T *ny =
+              y + static_cast<int64_t>(a.rows[g0 + (blk + 1) * kMR + m]) * a.y_stride + a.y_offset;
+          for (int64_t c = col0; c < std::min(h2, col0 + tw);
+               c += 64 / static_cast<int64_t>(sizeof(T))) {
+            hwy::Prefetch(ny + c);
+          }
+        }
+        ExpandTile(tr, nrows, s.b_panel + ct * R * tw, R, col0, h2, yr, outr, a.scale, buf);
+      }
+    }
+  }
+
+  // ---- decode: items (group, rank chunk) of the shrink, (group, column block) of the expand ----
+
+  // t[k][r] for the group's rows k and ranks r of rank chunk rc.
+  void DecodeShrinkItem(int64_t ad, int64_t rc, float *buf) const {
+    const int64_t r_begin = rc * kDecodeRanks;
+    const int64_t r_end = std::min(R, r_begin + kDecodeRanks);
+    const int64_t g0 = a.group_start[ad], g1 = a.group_start[ad + 1];
+    if (!has_a) {
+      for (int64_t k = g0; k < g1; ++k) {
+        const T *xrow = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
+        ConvertRow(xrow + r_begin, s.t + k * ts + r_begin, r_end - r_begin);
+      }
+      return;
+    }
+    const T *A = wa + ad * a.wa_adapter_stride;
+    for (int64_t k0 = g0; k0 < g1; k0 += kRowBuf) {
+      const int64_t k1 = std::min(g1, k0 + kRowBuf);
+      for (int64_t k = k0; k < k1; ++k) {
+        ConvertRow(x + static_cast<int64_t>(a.rows[k]) * a.x_stride, buf + (k - k0) * xs, h1);
+      }
+      for (int64_t r = r_begin; r < r_end; ++r) {
+        const T *ar = A + r * a.wa_row_stride;
+        for (int64_t k = k0; k < k1; ++k) s.t[k * ts + r] = DotLong(buf + (k - k0) * xs, ar, h1);
+      }
+    }
+  }
+
+  // out columns [cc * kDecodeCols, ...) of the group's rows, from the group's finished t.
+  void DecodeExpandItem(int64_t ad, int64_t cc, float *buf) const {
+    const int64_t j0 = cc * kDecodeCols;
+    const int64_t jn = std::min(kDecodeCols, h2 - j0);
+    const T *B = wb + ad * a.wb_adapter_stride + j0 * a.wb_row_stride;
+    for (int64_t k = a.group_start[ad]; k < a.group_start[ad + 1]; ++k) {
+      const float *t = s.t + k * ts;
+      for (int64_t j = 0; j < jn; ++j) buf[j] = DotShort(t, B + j * a.wb_row_stride, R);
+      const int64_t row = a.rows[k];
+      EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j0,
+                  out + row * a.out_stride + a.y_offset + j0, jn, a.scale);
+    }
+  }
+};
+
+// The stages, each one parallel_chunks call (common/parallel.h): a thread that the OS deschedules
+// leaves the chunks it has not claimed to the others, and a call waits only for chunks in
+// progress. Per prefill group: pack (weightA^T and weightB^T), shrink, expand. Decode groups, all
+// together: when there are enough of them to share out (at least 4 per thread), one chunk is a
+// whole group, shrink then expand, so that the decode stages cost one call and no wait between
+// them; otherwise the shrink items, then the expand items (4 per chunk).
 template <typename T>
 AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
                         int64_t prefill_min_rows) {
-  const DF d;
-  const auto N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t tw = kNV * N;  // columns per expand tile
-  const int64_t R = a.r, h1 = a.h1, h2 = a.h2, ts = s.t_stride;
-  const int64_t xs = (h1 + 15) / 16 * 16 + 16;  // staggered rows of the x buffer (decode)
-  const T *x = static_cast<const T *>(a.x);
-  const T *y = static_cast<const T *>(a.y);
-  T *out = static_cast<T *>(a.out);
-  const T *wa = static_cast<const T *>(a.wa);
-  const T *wb = static_cast<const T *>(a.wb);
-  const bool has_a = wa != nullptr;
+  const Driver<T> drv(a, s);
 
   // Which groups take which path; decode groups are listed in s.group_list.
   AddLoraRunInfo info;
@@ -291,190 +495,52 @@ AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threa
       s.group_list[info.decode_groups++] = ad;
     }
   }
-  const double work =
-      static_cast<double>(valid) * static_cast<double>(R) * static_cast<double>(h1 + h2);
+  // Small work runs on one thread (inline, no helper is woken).
+  const double work = static_cast<double>(valid) * static_cast<double>(drv.R) *
+                      static_cast<double>(drv.h1 + drv.h2);
   const int nt =
       static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
-  const int64_t n_tiles = (h2 + tw - 1) / tw;
-  const int64_t col_block_tiles = kColBlockCols / tw;
-  const int64_t n_col_blocks = (n_tiles + col_block_tiles - 1) / col_block_tiles;
-  const int64_t n_rank_vectors = ts / N;
-  // k per shrink chunk: a multiple of kXChunk with kc x R16 floats <= 256 KiB.
-  const int64_t kc = std::max<int64_t>(kXChunk, 65536 / ts / kXChunk * kXChunk);
-  const int64_t n_dec = info.decode_groups;
-  const int64_t n_rank_chunks = (R + kDecodeRanks - 1) / kDecodeRanks;
-  const int64_t n_dec_cols = (h2 + kDecodeCols - 1) / kDecodeCols;
 
-#pragma omp parallel num_threads(nt)
-  {
-    char *mine = s.per_thread + static_cast<size_t>(omp_get_thread_num()) * s.per_thread_bytes;
-    float *buf = reinterpret_cast<float *>(mine);
-
-    // ---- prefill groups, one after another ----
-    for (int64_t ad = 0; ad < a.adapters; ++ad) {
-      const int64_t g0 = a.group_start[ad], n = a.group_start[ad + 1] - g0;
-      if (n == 0 || n < prefill_min_rows) continue;
-      const T *A = has_a ? wa + ad * a.wa_adapter_stride : nullptr;
-      const T *B = wb + ad * a.wb_adapter_stride;
-      if (has_a) {
-#pragma omp for schedule(dynamic) nowait
-        for (int64_t c = 0; c < (h1 + kKChunk - 1) / kKChunk; ++c) {
-          PackAChunk(A, a.wa_row_stride, R, ts, c * kKChunk, std::min(kKChunk, h1 - c * kKChunk),
-                     s.a_panel, buf);
-        }
-      }
-#pragma omp for schedule(dynamic)
-      for (int64_t ct = 0; ct < n_tiles; ++ct)
-        PackBTile(B, a.wb_row_stride, R, ts, h2, tw, ct, s.b_panel, buf);
-
-      // Shrink, kMR rows at a time, in items of kShrinkItemBlocks row blocks. Inside an item the k
-      // range is cut into chunks of kc columns, outermost, so that a chunk of the A panel
-      // (kc x R16 floats, at most 256 KiB) stays in this core's L2 while the item's row blocks
-      // pass it; between chunks the partial sums wait in t (float32, exactly as they were in the
-      // register), so each element is still one FMA chain in k order.
-      const int64_t n_blocks = (n + kMR - 1) / kMR;
-      const int64_t n_shrink_items = (n_blocks + kShrinkItemBlocks - 1) / kShrinkItemBlocks;
-#pragma omp for schedule(dynamic)
-      for (int64_t item = 0; item < n_shrink_items; ++item) {
-        const int64_t b_lo = item * kShrinkItemBlocks,
-                      b_hi = std::min(n_blocks, b_lo + kShrinkItemBlocks);
-        for (int64_t k0 = 0; k0 < h1; k0 += kc) {
-          const int64_t kn = std::min(kc, h1 - k0);
-          for (int64_t blk = b_lo; blk < b_hi; ++blk) {
-            const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
-            float *tr[kMR];
-            const T *xr[kMR];
-            for (int m = 0; m < kMR; ++m) {
-              const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
-              tr[m] = s.t + k * ts;
-              xr[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
-            }
-            if (!has_a) {  // t = x
-              for (int m = 0; m < nrows; ++m) ConvertRow(xr[m] + k0, tr[m] + k0, kn);
-              continue;
-            }
-            PackXBlock(xr, k0, kn, buf);
-            // The next block's rows (the item's last block: none), prefetched during the first
-            // tile.
-            const T *next[kMR];
-            const bool has_next = blk + 1 < b_hi;
-            for (int m = 0; m < kMR && has_next; ++m) {
-              const int64_t k =
-                  g0 + (blk + 1) * kMR + std::min<int64_t>(m, n - (blk + 1) * kMR - 1);
-              next[m] = x + static_cast<int64_t>(a.rows[k]) * a.x_stride + k0;
-            }
-            const float *at = s.a_panel + k0 * ts;
-            for (int64_t v0 = 0; v0 < n_rank_vectors; v0 += kNV) {
-              const int64_t r0 = v0 * N;
-              const T *const *pf = has_next && v0 == 0 ? next : nullptr;
-              switch (std::min<int64_t>(kNV, n_rank_vectors - v0)) {
-                case 1:
-                  ShrinkTile<1>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
-                  break;
-                case 2:
-                  ShrinkTile<2>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
-                  break;
-#if HWY_TARGET <= HWY_AVX3
-                case 3:
-                  ShrinkTile<3>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
-                  break;
-                case 4:
-                  ShrinkTile<4>(buf, kn, at, ts, r0, tr, nrows, k0 > 0, pf);
-                  break;
-#endif
-                default:
-                  break;
-              }
-            }
-          }
-        }
-      }
-
-      // Expand: items are (column block, row panel), column-block major; inside an item, row
-      // tiles outer so that each row of y and out is walked in runs of a whole column block, and
-      // the next row tile's y is prefetched while this one is computed.
-      const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
-#pragma omp for schedule(dynamic)
-      for (int64_t item = 0; item < n_col_blocks * n_panels; ++item) {
-        const int64_t cb = item / n_panels, rp = item % n_panels;
-        const int64_t ct_begin = cb * col_block_tiles,
-                      ct_end = std::min(n_tiles, ct_begin + col_block_tiles);
-        const int64_t blk_end = std::min(n_blocks, (rp + 1) * kRowPanelTiles);
-        for (int64_t blk = rp * kRowPanelTiles; blk < blk_end; ++blk) {
-          const int nrows = static_cast<int>(std::min<int64_t>(kMR, n - blk * kMR));
-          const float *tr[kMR];
-          const T *yr[kMR];
-          T *outr[kMR];
-          for (int m = 0; m < kMR; ++m) {
-            const int64_t k = g0 + blk * kMR + (m < nrows ? m : 0);
-            const int64_t row = a.rows[k];
-            tr[m] = s.t + k * ts;
-            yr[m] = y + row * a.y_stride + a.y_offset;
-            outr[m] = out + row * a.out_stride + a.y_offset;
-          }
-          const int64_t next_rows =
-              blk + 1 < blk_end ? std::min<int64_t>(kMR, n - (blk + 1) * kMR) : 0;
-          for (int64_t ct = ct_begin; ct < ct_end; ++ct) {
-            const int64_t col0 = ct * tw;
-            for (int64_t m = 0; m < next_rows; ++m) {
-              const T *ny = y +
-                            static_cast<int64_t>(a.rows[g0 + (blk + 1) * kMR + m]) * a.y_stride +
-                            a.y_offset;
-              for (int64_t c = col0; c < std::min(h2, col0 + tw);
-                   c += 64 / static_cast<int64_t>(sizeof(T))) {
-                hwy::Prefetch(ny + c);
-              }
-            }
-            ExpandTile(tr, nrows, s.b_panel + ct * R * tw, R, col0, h2, yr, outr, a.scale, buf);
-          }
-        }
-      }
-    }
-
-    // ---- decode groups: shrink items (group, rank chunk), then expand items (group, columns) ----
-    if (n_dec > 0) {
-#pragma omp for schedule(dynamic)
-      for (int64_t item = 0; item < n_dec * n_rank_chunks; ++item) {
-        const int64_t ad = s.group_list[item / n_rank_chunks];
-        const int64_t r_begin = (item % n_rank_chunks) * kDecodeRanks;
-        const int64_t r_end = std::min(R, r_begin + kDecodeRanks);
-        const int64_t g0 = a.group_start[ad], g1 = a.group_start[ad + 1];
-        if (!has_a) {
-          for (int64_t k = g0; k < g1; ++k) {
-            const T *xrow = x + static_cast<int64_t>(a.rows[k]) * a.x_stride;
-            ConvertRow(xrow + r_begin, s.t + k * ts + r_begin, r_end - r_begin);
-          }
-          continue;
-        }
-        const T *A = wa + ad * a.wa_adapter_stride;
-        for (int64_t k0 = g0; k0 < g1; k0 += kRowBuf) {
-          const int64_t k1 = std::min(g1, k0 + kRowBuf);
-          for (int64_t k = k0; k < k1; ++k) {
-            ConvertRow(x + static_cast<int64_t>(a.rows[k]) * a.x_stride, buf + (k - k0) * xs, h1);
-          }
-          for (int64_t r = r_begin; r < r_end; ++r) {
-            const T *ar = A + r * a.wa_row_stride;
-            for (int64_t k = k0; k < k1; ++k)
-              s.t[k * ts + r] = DotLong(buf + (k - k0) * xs, ar, h1);
-          }
-        }
-      }
-#pragma omp for schedule(dynamic, 4)
-      for (int64_t item = 0; item < n_dec * n_dec_cols; ++item) {
-        const int64_t ad = s.group_list[item / n_dec_cols];
-        const int64_t j0 = (item % n_dec_cols) * kDecodeCols;
-        const int64_t jn = std::min(kDecodeCols, h2 - j0);
-        const T *B = wb + ad * a.wb_adapter_stride + j0 * a.wb_row_stride;
-        for (int64_t k = a.group_start[ad]; k < a.group_start[ad + 1]; ++k) {
-          const float *t = s.t + k * ts;
-          for (int64_t j = 0; j < jn; ++j) buf[j] = DotShort(t, B + j * a.wb_row_stride, R);
-          const int64_t row = a.rows[k];
-          EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j0,
-                      out + row * a.out_stride + a.y_offset + j0, jn, a.scale);
-        }
-      }
-    }
+  // ---- prefill groups, one after another (they share the packed panels) ----
+  for (int64_t ad = 0; ad < a.adapters && info.prefill_groups > 0; ++ad) {
+    const int64_t g0 = a.group_start[ad], n = a.group_start[ad + 1] - g0;
+    if (n == 0 || n < prefill_min_rows) continue;
+    parallel_chunks(drv.PackAItems() + drv.n_tiles, nt,
+                    [&](int64_t c, int worker) HWY_ATTR { drv.PackItem(ad, c, drv.Buf(worker)); });
+    const int64_t n_blocks = (n + kMR - 1) / kMR;
+    parallel_chunks((n_blocks + kShrinkItemBlocks - 1) / kShrinkItemBlocks, nt,
+                    [&](int64_t item, int worker)
+                        HWY_ATTR { drv.ShrinkItem(g0, n, item, drv.Buf(worker)); });
+    const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
+    parallel_chunks(drv.n_col_blocks * n_panels, nt, [&](int64_t item, int worker) HWY_ATTR {
+      drv.ExpandItem(g0, n, item, drv.Buf(worker));
+    });
   }
+
+  // ---- decode groups ----
+  const int64_t n_dec = info.decode_groups;
+  if (n_dec == 0) return info;
+  const int64_t *list = s.group_list;
+  if (n_dec >= int64_t{4} * nt) {
+    parallel_chunks(n_dec, nt, [&](int64_t g, int worker) HWY_ATTR {
+      float *buf = drv.Buf(worker);
+      for (int64_t rc = 0; rc < drv.n_rank_chunks; ++rc) drv.DecodeShrinkItem(list[g], rc, buf);
+      for (int64_t cc = 0; cc < drv.n_dec_cols; ++cc) drv.DecodeExpandItem(list[g], cc, buf);
+    });
+    return info;
+  }
+  parallel_chunks(n_dec * drv.n_rank_chunks, nt, [&](int64_t item, int worker) HWY_ATTR {
+    drv.DecodeShrinkItem(list[item / drv.n_rank_chunks], item % drv.n_rank_chunks, drv.Buf(worker));
+  });
+  const int64_t n_items = n_dec * drv.n_dec_cols;
+  parallel_chunks((n_items + kDecodeItemsPerChunk - 1) / kDecodeItemsPerChunk, nt,
+                  [&](int64_t c, int worker) HWY_ATTR {
+                    float *buf = drv.Buf(worker);
+                    const int64_t end = std::min(n_items, (c + 1) * kDecodeItemsPerChunk);
+                    for (int64_t item = c * kDecodeItemsPerChunk; item < end; ++item) {
+                      drv.DecodeExpandItem(list[item / drv.n_dec_cols], item % drv.n_dec_cols, buf);
+                    }
+                  });
   return info;
 }
 

@@ -1,5 +1,6 @@
 // fusekit internal: AddLora's kernels. A kernel is a pure function: it neither allocates nor
-// reports errors; the plan has checked everything (shapes, layouts, every index) before it runs.
+// reports errors; the problem, the binding and the CPU implementation's check stage have checked
+// everything (shapes, layouts, every index) before it runs.
 #ifndef FUSEKIT_ADD_LORA_ADD_LORA_KERNELS_H_
 #define FUSEKIT_ADD_LORA_ADD_LORA_KERNELS_H_
 
@@ -35,18 +36,20 @@ struct AddLoraArgs {
   int64_t adapters;
 };
 
-// Scratch for the kernels, carved from the caller's workspace by the plan (64-byte aligned).
+// Scratch for the kernels, carved from the caller's workspace by the CPU implementation
+// (add_lora_cpu.cc; 64-byte aligned).
 struct AddLoraScratch {
   float *t;          // [valid rows, t_stride]: the shrunk rows, in sorted order
   int64_t t_stride;  // >= R, a multiple of 16
   float *a_panel;    // the packed weightA of the group being served (prefill)
   float *b_panel;    // the packed weightB of the group being served (prefill)
-  char *per_thread;  // per_thread_bytes for each thread
+  char *per_thread;  // per_thread_bytes for each thread (indexed by parallel_chunks' worker)
   size_t per_thread_bytes;
   int64_t *group_list;  // adapters + 1 entries the optimized kernel may use (its list of groups)
 };
 
-// The sizes of the scratch areas for a problem (the plan's workspace layout uses these).
+// The sizes of the scratch areas for a problem (the CPU implementation's workspace layout uses
+// these).
 struct AddLoraScratchSizes {
   int64_t t_stride;
   size_t a_panel_bytes, b_panel_bytes, per_thread_bytes;

@@ -1,15 +1,16 @@
-// AddLora, the C++ API: phase one validates and plans; phase two checks the indices, groups the
-// rows by adapter (a stable counting sort in the workspace), copies the untouched part of y into
-// out when out is a separate tensor, and runs the kernel.
+// AddLora, the C++ API: the problem is validated once, a plan picks an implementation from the
+// list and books its workspace, and each run binds the tensors, then runs the implementation
+// (whose stages do the per-step data work: check, group, copy, compute; add_lora_cpu.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
+#include <utility>
 
-#include "add_lora/add_lora_kernels.h"
-#include "common/parallel.h"
+#include "add_lora/add_lora_impl.h"
+#include "common/implementation.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/add_lora.h"
@@ -18,59 +19,11 @@
 namespace fusekit {
 namespace {
 
-constexpr size_t kAlign = 64;
 constexpr const char *kOp = "AddLora";
 
-size_t align_up(size_t n) {
-  return (n + kAlign - 1) / kAlign * kAlign;
-}
-
-struct WorkspaceLayout {
-  size_t group_start = 0, cursor = 0, rows = 0, t = 0, a_panel = 0, b_panel = 0, per_thread = 0;
-  AddLoraScratchSizes sizes{};
-  size_t total = 0;
-  bool overflow = false;
-};
-
-// The workspace: the counting sort's bookkeeping and order, the float32 shrunk rows t, and for the
-// optimized kernel the packed weights of one group and each thread's scratch.
-WorkspaceLayout layout_for(int64_t b, int64_t w, int64_t h1, int64_t h2, int64_t r, int threads,
-                           bool panels) {
-  WorkspaceLayout l;
-  l.sizes = add_lora_scratch_sizes(h1, h2, r);
-  const double estimate = static_cast<double>(b) * static_cast<double>(l.sizes.t_stride) * 4.0 +
-                          static_cast<double>(l.sizes.a_panel_bytes) +
-                          static_cast<double>(l.sizes.b_panel_bytes) +
-                          static_cast<double>(l.sizes.per_thread_bytes) * threads;
-  if (!(estimate < 1e18)) {
-    l.overflow = true;
-    return l;
-  }
-  size_t off = 0;
-  l.group_start = off;
-  off += align_up(static_cast<size_t>(w + 1) * sizeof(int64_t));
-  l.cursor = off;
-  off += align_up(static_cast<size_t>(w + 1) * sizeof(int64_t));
-  l.rows = off;
-  off += align_up(static_cast<size_t>(b) * sizeof(uint32_t));
-  l.t = off;
-  off += align_up(static_cast<size_t>(b) * static_cast<size_t>(l.sizes.t_stride) * sizeof(float));
-  if (panels) {
-    l.a_panel = off;
-    off += align_up(l.sizes.a_panel_bytes);
-    l.b_panel = off;
-    off += align_up(l.sizes.b_panel_bytes);
-    l.per_thread = off;
-    off += align_up(l.sizes.per_thread_bytes) * static_cast<size_t>(threads);
-  }
-  l.total = off + kAlign;  // room to align the caller's pointer
-  return l;
-}
-
-// Every tensor: present, the expected rank, positive sizes, a contiguous innermost dimension,
-// non-negative strides, and an extent that fits 64-bit arithmetic.
+// Every tensor: the expected rank, positive sizes, a contiguous innermost dimension, non-negative
+// strides, and an extent that fits 64-bit arithmetic. The data pointer is not looked at.
 Status check_tensor(const TensorView &t, const char *name, int ndim, const char *shape_name) {
-  if (t.empty_view()) return Status::NullPointer(str_cat(kOp, ": ", name, " is null"));
   if (t.ndim != ndim) {
     return Status::ShapeMismatch(str_cat(kOp, ": ", name, " must be ", ndim, "-D ", shape_name,
                                          ", got shape ", t.shape_string()));
@@ -107,48 +60,45 @@ Status check_tensor(const TensorView &t, const char *name, int ndim, const char 
     return Status::Invalid(
         str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }
-  if (t.data == nullptr) return Status::NullPointer(str_cat(kOp, ": ", name, " has no data"));
   return Status::Ok();
-}
-
-bool same_view(const TensorView &a, const TensorView &b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i] || (a.shape[i] > 1 && a.strides[i] != b.strides[i])) return false;
-  }
-  return true;
 }
 
 bool float_dtype(DType d) {
   return d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat32;
 }
 
+TensorView without_data(TensorView t) {
+  t.data = nullptr;
+  return t;
+}
+
 }  // namespace
 
-Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView &weight_b,
-                     const TensorView &indices, const TensorView &weight_a, const TensorView &out,
-                     const AddLoraOptions &options, AddLora *plan) {
-  if (plan == nullptr) return Status::NullPointer(str_cat(kOp, ": plan is null"));
+Status AddLoraProblem::make(const AddLoraTensors &t, const AddLoraOptions &options,
+                            AddLoraProblem *problem) {
+  if (problem == nullptr) return Status::NullPointer(str_cat(kOp, ": problem is null"));
+  const TensorView &y = t.y, &x = t.x, &weight_b = t.weight_b, &indices = t.indices,
+                   &weight_a = t.weight_a, &out = t.out;
   const bool has_a = !weight_a.empty_view();
   // Dtypes first (161002), then ranks and shapes (561002, as CANN reports them for AddLora).
-  for (const auto &[t, name] : {std::pair{&y, "y"},
+  for (const auto &[v, name] : {std::pair{&y, "y"},
                                 {&x, "x"},
                                 {&weight_b, "weightB"},
                                 {&indices, "indices"},
                                 {&out, "out"}}) {
-    if (t->empty_view()) return Status::NullPointer(str_cat(kOp, ": ", name, " is null"));
+    if (v->empty_view()) return Status::NullPointer(str_cat(kOp, ": ", name, " is null"));
   }
   if (!float_dtype(y.dtype)) {
     return Status::Invalid(str_cat(kOp, ": y has dtype ", dtype_name(y.dtype),
                                    "; float16, bfloat16 and float32 are supported"));
   }
-  for (const auto &[t, name] : {std::pair{&x, "x"},
+  for (const auto &[v, name] : {std::pair{&x, "x"},
                                 {&weight_b, "weightB"},
                                 {&weight_a, "weightAOptional"},
                                 {&out, "out"}}) {
-    if (t == &weight_a && !has_a) continue;
-    if (t->dtype != y.dtype) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t->dtype),
+    if (v == &weight_a && !has_a) continue;
+    if (v->dtype != y.dtype) {
+      return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(v->dtype),
                                      " but y has ", dtype_name(y.dtype), "; they must match"));
     }
   }
@@ -223,195 +173,153 @@ Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView 
         str_cat(kOp, ": B = ", b, " rows and W = ", w,
                 " adapters exceed this implementation's limits (2^32 - 1 and 2^31 - 1)"));
   }
-  // out: its rows must not overlap one another; it may be y exactly, and must not touch any input.
+  // out is written: its rows must not overlap one another.
   if (b > 1 && out.strides[0] < h3) {
     return Status::Invalid(str_cat(kOp, ": out's row stride ", out.strides[0],
                                    " is smaller than its ", h3, " columns, so its rows overlap"));
   }
-  const bool in_place = same_view(out, y);
-  if (!in_place && out.overlaps(y)) {
+  AddLoraProblem p;
+  p.desc = {without_data(y),
+            without_data(x),
+            without_data(weight_b),
+            without_data(indices),
+            has_a ? without_data(weight_a) : TensorView(),
+            without_data(out)};
+  p.b = b;
+  p.h1 = h1;
+  p.h2 = h2;
+  p.h3 = h3;
+  p.r = r;
+  p.w = w;
+  p.l = l;
+  p.layer = options.layer_idx;
+  p.y_offset = options.y_offset;
+  p.has_a = has_a;
+  p.out_like_y = same_layout(out, y);
+  p.scale = scale;
+  p.path = options.path;
+  *problem = p;
+  return Status::Ok();
+}
+
+Status AddLoraProblem::check(const AddLoraTensors &t) const {
+  const std::pair<const TensorView *, const TensorView *> pairs[] = {{&desc.y, &t.y},
+                                                                     {&desc.x, &t.x},
+                                                                     {&desc.weight_b, &t.weight_b},
+                                                                     {&desc.indices, &t.indices},
+                                                                     {&desc.out, &t.out},
+                                                                     {&desc.weight_a, &t.weight_a}};
+  const char *names[] = {"y", "x", "weightB", "indices", "out", "weightAOptional"};
+  for (size_t i = 0; i < 6; ++i) {
+    const TensorView &planned = *pairs[i].first, &bound = *pairs[i].second;
+    if (i == 5 && !has_a) {
+      if (!bound.empty_view()) {
+        return Status::Invalid(str_cat(
+            kOp, ": weightAOptional is given but the plan was made without it; make a new plan"));
+      }
+      continue;
+    }
+    if (bound.empty_view()) return Status::NullPointer(str_cat(kOp, ": ", names[i], " is null"));
+    FUSEKIT_RETURN_IF_ERROR(check_binding(kOp, names[i], planned, bound));
+    if (bound.data == nullptr)
+      return Status::NullPointer(str_cat(kOp, ": ", names[i], " has no data"));
+  }
+  // out: y itself (in place, when the problem's out has y's layout), or apart from every input.
+  const bool in_place = out_like_y && t.out.data == t.y.data;
+  if (!in_place && t.out.overlaps(t.y)) {
     return Status::Invalid(
         str_cat(kOp,
                 ": out overlaps y without being the same tensor; pass y itself for an "
                 "in-place update, or a separate buffer"));
   }
-  for (const auto &[t, name] : {std::pair{&x, "x"},
-                                {&weight_b, "weightB"},
-                                {&weight_a, "weightAOptional"},
-                                {&indices, "indices"}}) {
-    if (t == &weight_a && !has_a) continue;
-    if (out.overlaps(*t))
+  for (const auto &[v, name] : {std::pair{&t.x, "x"},
+                                {&t.weight_b, "weightB"},
+                                {&t.weight_a, "weightAOptional"},
+                                {&t.indices, "indices"}}) {
+    if (v == &t.weight_a && !has_a) continue;
+    if (t.out.overlaps(*v))
       return Status::Invalid(str_cat(kOp, ": out overlaps ", name, " in memory"));
   }
+  return Status::Ok();
+}
 
+std::vector<std::string> AddLora::implementations() {
+  return implementation_names(add_lora_impls());
+}
+
+Status AddLora::plan(const AddLoraProblem &problem, const AddLoraOptions &options, AddLora *plan) {
+  if (plan == nullptr) return Status::NullPointer(str_cat(kOp, ": plan is null"));
   AddLora p;
-  p.y_ = y;
-  p.x_ = x;
-  p.wb_ = weight_b;
-  p.idx_ = indices;
-  p.wa_ = weight_a;
-  p.out_ = out;
-  p.b_ = b;
-  p.h1_ = h1;
-  p.h2_ = h2;
-  p.h3_ = h3;
-  p.r_ = r;
-  p.w_ = w;
-  p.layer_ = options.layer_idx;
-  p.y_offset_ = options.y_offset;
-  p.has_a_ = has_a;
-  p.in_place_ = in_place;
-  p.scale_ = scale;
-  p.kernel_ = options.kernel;
-  p.path_ = options.path;
+  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, add_lora_impls(), problem, options.kernel,
+                                                options.implementation, &p.impl_));
+  p.problem_ = problem;
   p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
-  const bool panels = p.kernel_ != KernelChoice::kReference;
-  const WorkspaceLayout lay = layout_for(b, w, h1, h2, r, p.threads_, panels);
-  if (lay.overflow) {
-    return Status::Invalid(str_cat(kOp, ": the workspace for B = ", b, ", H1 = ", h1, ", H2 = ", h2,
-                                   ", R = ", r, " overflows 64-bit sizes"));
+  p.workspace_bytes_ = p.impl_->workspace_bytes(problem, p.threads_);
+  if (p.workspace_bytes_ == std::numeric_limits<size_t>::max()) {
+    return Status::Invalid(str_cat(kOp, ": the workspace for B = ", problem.b,
+                                   ", H1 = ", problem.h1, ", H2 = ", problem.h2,
+                                   ", R = ", problem.r, " overflows 64-bit sizes"));
   }
-  p.workspace_bytes_ = lay.total;
   *plan = p;
   return Status::Ok();
 }
 
-Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats) const {
+Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView &weight_b,
+                     const TensorView &indices, const TensorView &weight_a, const TensorView &out,
+                     const AddLoraOptions &options, AddLora *plan) {
+  if (plan == nullptr) return Status::NullPointer(str_cat(kOp, ": plan is null"));
+  const AddLoraTensors tensors{y, x, weight_b, indices, weight_a, out};
+  AddLoraProblem problem;
+  FUSEKIT_RETURN_IF_ERROR(AddLoraProblem::make(tensors, options, &problem));
+  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
+  AddLora p;
+  FUSEKIT_RETURN_IF_ERROR(AddLora::plan(problem, options, &p));
+  p.bound_ = tensors;
+  p.has_bound_ = true;
+  *plan = p;
+  return Status::Ok();
+}
+
+const char *AddLora::implementation() const {
+  return impl_ != nullptr ? impl_->name : "none";
+}
+
+Status AddLora::run(const AddLoraTensors &tensors, void *workspace, size_t workspace_size,
+                    AddLoraStats *stats, StreamHandle stream) const {
   AddLoraStats local;
   AddLoraStats &st = stats != nullptr ? *stats : local;
   st = AddLoraStats();
-  if (workspace_size < workspace_bytes_) {
-    return Status::Invalid(
-        str_cat(kOp, ": workspace of ", workspace_size, " bytes, ", workspace_bytes_, " needed"));
-  }
-  if (workspace == nullptr) return Status::NullPointer(str_cat(kOp, ": workspace is null"));
+  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
+  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
+  RunContext ctx;
+  FUSEKIT_RETURN_IF_ERROR(
+      aligned_workspace(kOp, workspace, workspace_size, workspace_bytes_, &ctx.workspace));
+  ctx.workspace_size = workspace_bytes_;
+  ctx.threads = threads_;
+  ctx.stream = stream;
   StageTimer timer;
-  const bool panels = kernel_ != KernelChoice::kReference;
-  const WorkspaceLayout lay = layout_for(b_, w_, h1_, h2_, r_, threads_, panels);
-  auto *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
-                                        kAlign * kAlign);
-  auto *group_start = reinterpret_cast<int64_t *>(base + lay.group_start);
-  auto *cursor = reinterpret_cast<int64_t *>(base + lay.cursor);
-  auto *rows = reinterpret_cast<uint32_t *>(base + lay.rows);
-
-  // The data check and the counting sort's histogram, in one pass; nothing is written to out
-  // until every index has been read.
-  const auto *idx = idx_.as<const int32_t>();
-  const int64_t istride = idx_.strides[0];
-  std::fill(group_start, group_start + w_ + 1, int64_t{0});
-  int64_t none = 0;
-  for (int64_t i = 0; i < b_; ++i) {
-    const int64_t a = idx[i * istride];
-    if (a < 0 || a == w_) {
-      ++none;
-    } else if (a > w_) {
-      return Status::ShapeMismatch(str_cat(kOp, ": indices[", i, "] = ", a, " but weightB has ", w_,
-                                           " adapters (valid: 0..", w_ - 1, ", or -1 / ", w_,
-                                           " for no adapter); nothing was written"));
-    } else {
-      ++group_start[a + 1];
-    }
+  ctx.timer = &timer;
+  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, ctx, &st));
+  if (timer.on()) {
+    const AddLoraProblem &p = problem_;
+    verbose_print(str_cat(kOp, ",dtype=", dtype_name(p.desc.y.dtype), ",B=", p.b, ",H1=", p.h1,
+                          ",H2=", p.h2, ",H3=", p.h3, ",R=", p.r, ",W=", p.w,
+                          ",weightA=", p.has_a ? "yes" : "no",
+                          ",in_place=", tensors.out.data == tensors.y.data ? 1 : 0,
+                          ",impl=", impl_->name, ",isa=", impl_->target(), ",threads=", threads_,
+                          ",rows=", st.rows_with_adapter, ",prefill_groups=", st.prefill_groups,
+                          ",decode_groups=", st.decode_groups, ",", timer.fields()));
   }
-  for (int64_t a = 0; a < w_; ++a) group_start[a + 1] += group_start[a];
-  std::copy(group_start, group_start + w_, cursor);
-  for (int64_t i = 0; i < b_; ++i) {  // stable: rows of one adapter stay in ascending order
-    const int64_t a = idx[i * istride];
-    if (a >= 0 && a < w_) rows[cursor[a]++] = static_cast<uint32_t>(i);
-  }
-  st.rows_with_adapter = b_ - none;
-  st.rows_without_adapter = none;
-  if (timer.on()) timer.stage("group");
-
-  const size_t es = dtype_size(y_.dtype);
-  // out is a separate tensor: the part of y that no update touches is copied, each element once.
-  if (!in_place_) {
-    const auto *ybytes = static_cast<const char *>(y_.data);
-    auto *obytes = static_cast<char *>(out_.data);
-    const int64_t ys = y_.strides[0], os = out_.strides[0];
-    const int64_t w = w_, h2 = h2_, h3 = h3_, off = y_offset_;
-    parallel_for(b_, threads_, std::max<int64_t>(1, 16384 / std::max<int64_t>(h3, 1)),
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t i = lo; i < hi; ++i) {
-                     const char *src = ybytes + static_cast<size_t>(i * ys) * es;
-                     char *dst = obytes + static_cast<size_t>(i * os) * es;
-                     const int64_t a = idx[i * istride];
-                     if (a < 0 || a >= w) {
-                       std::memcpy(dst, src, static_cast<size_t>(h3) * es);
-                     } else {
-                       std::memcpy(dst, src, static_cast<size_t>(off) * es);
-                       const size_t tail = static_cast<size_t>(off + h2);
-                       std::memcpy(dst + tail * es, src + tail * es,
-                                   static_cast<size_t>(h3 - off - h2) * es);
-                     }
-                   }
-                 });
-  }
-  if (timer.on() && !in_place_) timer.stage("copy");
-  auto report = [&] {
-    if (!timer.on()) return;
-    timer.stage("compute");
-    verbose_print(str_cat(
-        kOp, ",dtype=", dtype_name(y_.dtype), ",B=", b_, ",H1=", h1_, ",H2=", h2_, ",H3=", h3_,
-        ",R=", r_, ",W=", w_, ",weightA=", has_a_ ? "yes" : "no", ",in_place=", in_place_ ? 1 : 0,
-        ",kernel=", kernel_ == KernelChoice::kReference ? "reference" : add_lora_optimized_target(),
-        ",threads=", threads_, ",rows=", st.rows_with_adapter, ",prefill_groups=",
-        st.prefill_groups, ",decode_groups=", st.decode_groups, ",", timer.fields()));
-  };
-  if (st.rows_with_adapter == 0) {
-    report();
-    return Status::Ok();
-  }
-
-  AddLoraArgs args;
-  args.dtype = y_.dtype;
-  args.x = x_.data;
-  args.x_stride = x_.strides[0];
-  args.y = y_.data;
-  args.y_stride = y_.strides[0];
-  args.out = out_.data;
-  args.out_stride = out_.strides[0];
-  if (has_a_) {
-    args.wa =
-        static_cast<const char *>(wa_.data) + static_cast<size_t>(layer_ * wa_.strides[1]) * es;
-    args.wa_adapter_stride = wa_.strides[0];
-    args.wa_row_stride = wa_.strides[2];
-  } else {
-    args.wa = nullptr;
-    args.wa_adapter_stride = args.wa_row_stride = 0;
-  }
-  args.wb = static_cast<const char *>(wb_.data) + static_cast<size_t>(layer_ * wb_.strides[1]) * es;
-  args.wb_adapter_stride = wb_.strides[0];
-  args.wb_row_stride = wb_.strides[2];
-  args.h1 = h1_;
-  args.h2 = h2_;
-  args.r = r_;
-  args.y_offset = y_offset_;
-  args.scale = scale_;
-  args.rows = rows;
-  args.group_start = group_start;
-  args.adapters = w_;
-
-  AddLoraScratch scratch{};
-  scratch.t = reinterpret_cast<float *>(base + lay.t);
-  scratch.t_stride = lay.sizes.t_stride;
-  if (!panels) {
-    add_lora_reference(args, scratch);
-    report();
-    return Status::Ok();
-  }
-  scratch.a_panel = reinterpret_cast<float *>(base + lay.a_panel);
-  scratch.b_panel = reinterpret_cast<float *>(base + lay.b_panel);
-  scratch.per_thread = base + lay.per_thread;
-  scratch.per_thread_bytes = align_up(lay.sizes.per_thread_bytes);
-  scratch.group_list = cursor;  // the sort is done with it
-  const int64_t min_rows = path_ == AddLoraPath::kPrefill  ? int64_t{1}
-                           : path_ == AddLoraPath::kDecode ? std::numeric_limits<int64_t>::max()
-                                                           : kPrefillMinRows;
-  const AddLoraRunInfo info = add_lora_optimized()(args, scratch, threads_, min_rows);
-  st.prefill_groups = info.prefill_groups;
-  st.decode_groups = info.decode_groups;
-  report();
   return Status::Ok();
+}
+
+Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats) const {
+  if (!has_bound_) {
+    if (stats != nullptr) *stats = AddLoraStats();
+    return Status::Invalid(str_cat(
+        kOp, ": run(workspace, ...) needs a plan made from tensors; pass the tensors to run()"));
+  }
+  return run(bound_, workspace, workspace_size, stats);
 }
 
 const char *AddLora::optimized_target() {

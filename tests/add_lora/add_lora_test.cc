@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -145,6 +146,51 @@ AddLoraOptions options_for(const Problem &p, KernelChoice k = KernelChoice::kAut
   return o;
 }
 
+// An implementation (by name) and, for the Highway one, the path its groups take.
+struct KernelPath {
+  std::string impl;  // a name from AddLora::implementations()
+  AddLoraPath path;
+  std::string name;  // for messages
+};
+
+AddLoraOptions options_for(const Problem &p, const KernelPath &k, int threads = 0) {
+  AddLoraOptions o = options_for(p, KernelChoice::kAuto, k.path, threads);
+  o.implementation = k.impl.c_str();
+  return o;
+}
+
+// Every implementation built into the library that this machine runs (a plan for it can be made),
+// the reference once, any other on each path.
+const std::vector<KernelPath> &kernels() {
+  static const std::vector<KernelPath> list = [] {
+    std::vector<KernelPath> v;
+    std::vector<uint16_t> y(4), x(2), wb(2);
+    int32_t idx = 0;
+    for (const std::string &impl : AddLora::implementations()) {
+      AddLoraOptions o;
+      o.implementation = impl.c_str();
+      AddLora plan;
+      const Status s =
+          AddLora::plan(TensorView::contiguous(y.data(), DType::kFloat16, {1, 2}),
+                        TensorView::contiguous(x.data(), DType::kFloat16, {1, 2}),
+                        TensorView::contiguous(wb.data(), DType::kFloat16, {1, 1, 1, 2}),
+                        TensorView::of(&idx, {1}), TensorView(),
+                        TensorView::contiguous(y.data() + 2, DType::kFloat16, {1, 2}), o, &plan);
+      if (s.code() == StatusCode::kNoImplementation) continue;  // built, not for this machine
+      EXPECT_TRUE(s.ok()) << impl << ": " << s.message();
+      if (impl == "cpu_reference") {
+        v.push_back({impl, AddLoraPath::kAuto, impl});
+        continue;
+      }
+      v.push_back({impl, AddLoraPath::kAuto, impl + "/auto"});
+      v.push_back({impl, AddLoraPath::kPrefill, impl + "/prefill"});
+      v.push_back({impl, AddLoraPath::kDecode, impl + "/decode"});
+    }
+    return v;
+  }();
+  return list;
+}
+
 Status run(Data &d, const AddLoraOptions &o, AddLoraStats *st = nullptr) {
   return add_lora(d.vy, d.vx, d.vb, d.vi, d.va, d.vo, o, st);
 }
@@ -232,21 +278,11 @@ int64_t check(const Data &d, const char *what, bool report = true) {
 }
 
 const DType kDtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32};
-struct KernelPath {
-  KernelChoice kernel;
-  AddLoraPath path;
-  const char *name;
-};
-const KernelPath kKernels[] = {
-    {KernelChoice::kReference, AddLoraPath::kAuto, "reference"},
-    {KernelChoice::kAuto, AddLoraPath::kAuto, "optimized/auto"},
-    {KernelChoice::kOptimized, AddLoraPath::kPrefill, "optimized/prefill"},
-    {KernelChoice::kOptimized, AddLoraPath::kDecode, "optimized/decode"}};
 
 // Runs a problem on every kernel and path, in place and out of place, for every dtype.
 void check_all(Problem p, const char *what) {
   for (DType dt : kDtypes) {
-    for (const KernelPath &k : kKernels) {
+    for (const KernelPath &k : kernels()) {
       for (bool in_place : {false, true}) {
         p.dt = dt;
         p.in_place = in_place;
@@ -255,7 +291,7 @@ void check_all(Problem p, const char *what) {
                                   (in_place ? " in place" : " out of place") + " seed " +
                                   std::to_string(p.seed);
         SCOPED_TRACE(label);
-        const Status s = run(d, options_for(p, k.kernel, k.path));
+        const Status s = run(d, options_for(p, k));
         ASSERT_TRUE(s.ok()) << s.message();
         EXPECT_EQ(check(d, label.c_str()), 0);
       }
@@ -335,12 +371,12 @@ TEST(AddLora, ThousandsOfRowsFewAdapters) {
   p.W = 4;
   p.seed = 20;
   for (DType dt : kDtypes) {
-    for (const KernelPath &k : kKernels) {
+    for (const KernelPath &k : kernels()) {
       p.dt = dt;
       Data d = make(p);
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + k.name);
-      ASSERT_TRUE(run(d, options_for(p, k.kernel, k.path)).ok());
-      EXPECT_EQ(check(d, k.name), 0);
+      ASSERT_TRUE(run(d, options_for(p, k)).ok());
+      EXPECT_EQ(check(d, k.name.c_str()), 0);
     }
   }
 }
@@ -428,7 +464,7 @@ TEST(AddLora, RowStridedWeights) {
   p.layer = 1;
   p.seed = 65;
   for (DType dt : kDtypes) {
-    for (const KernelPath &k : kKernels) {
+    for (const KernelPath &k : kernels()) {
       p.dt = dt;
       Data d = make(p);
       const size_t es = dtype_size(dt);
@@ -444,9 +480,9 @@ TEST(AddLora, RowStridedWeights) {
       const TensorView vb = TensorView::strided(wb.data(), dt, {p.W, p.L, p.H2, p.R},
                                                 {p.L * p.H2 * pb, p.H2 * pb, pb, 1});
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + k.name);
-      const Status st = add_lora(d.vy, d.vx, vb, d.vi, va, d.vo, options_for(p, k.kernel, k.path));
+      const Status st = add_lora(d.vy, d.vx, vb, d.vi, va, d.vo, options_for(p, k));
       ASSERT_TRUE(st.ok()) << st.message();
-      EXPECT_EQ(check(d, k.name), 0);
+      EXPECT_EQ(check(d, k.name.c_str()), 0);
     }
   }
 }
@@ -568,15 +604,15 @@ TEST(AddLora, BitwiseEqualOverThreadCounts) {
   for (int i = 0; i < 150; ++i)
     p.indices.push_back(i < 120 ? i % 2 : 2 + i % 3);  // two big groups, three small
   for (DType dt : kDtypes) {
-    for (const KernelPath &k : kKernels) {
-      if (k.kernel == KernelChoice::kReference) continue;
+    for (const KernelPath &k : kernels()) {
+      if (k.impl == "cpu_reference") continue;
       p.dt = dt;
       std::vector<std::vector<uint8_t>> results;
       for (int threads : {1, 2, 4}) {
         Data d = make(p);
-        ASSERT_TRUE(run(d, options_for(p, k.kernel, k.path, threads)).ok());
+        ASSERT_TRUE(run(d, options_for(p, k, threads)).ok());
         if (threads == 1) {
-          EXPECT_EQ(check(d, k.name), 0);
+          EXPECT_EQ(check(d, k.name.c_str()), 0);
         }
         results.push_back(d.out);
       }
@@ -760,6 +796,307 @@ TEST(AddLoraRefusals, TensorsDtypesLayoutsOverlap) {
   const TensorView wo =
       TensorView::strided(wide.data() + 20 * dtype_size(p.dt), p.dt, {6, 16}, {40, 1});
   EXPECT_TRUE(add_lora(wy, d.vx, d.vb, d.vi, d.va, wo, o).ok());
+}
+
+// ---- the plan: one problem, an implementation from the list, reused over many runs ----
+
+AddLoraTensors tensors_of(const Data &d) {
+  return {d.vy, d.vx, d.vb, d.vi, d.va, d.vo};
+}
+
+TensorView without_data(TensorView t) {
+  t.data = nullptr;
+  return t;
+}
+
+// A plan made from descriptions only; each run binds other buffers (new pointers, new indices,
+// in place or not) and equals a fresh one-call add_lora bit for bit, and the oracle.
+TEST(AddLoraPlan, OnePlanManyRunsWithNewPointersAndIndices) {
+  Problem p;
+  p.B = 37;
+  p.H1 = 67;
+  p.H2 = 45;
+  p.H3 = 100;
+  p.R = 8;
+  p.W = 9;
+  p.L = 2;
+  p.layer = 1;
+  p.y_offset = 30;
+  p.scale = 0.37;
+  p.x_pad = 5;
+  p.y_pad = 3;
+  p.out_pad = 3;  // out and y share a layout: the same plan runs in place and out of place
+  for (DType dt : kDtypes) {
+    for (const KernelPath &k : kernels()) {
+      p.dt = dt;
+      p.seed = 300;
+      p.in_place = false;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + k.name);
+      const Data shape = make(p);
+      AddLoraTensors desc = tensors_of(shape);
+      for (TensorView *t : {&desc.y, &desc.x, &desc.weight_b, &desc.indices, &desc.out})
+        *t = without_data(*t);
+      desc.weight_a = without_data(desc.weight_a);
+      const AddLoraOptions o = options_for(p, k, 2);
+      AddLoraProblem problem;
+      ASSERT_TRUE(AddLoraProblem::make(desc, o, &problem).ok());
+      EXPECT_TRUE(problem.out_like_y);
+      EXPECT_EQ(problem.desc.y.data, nullptr);
+      AddLora plan;
+      ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
+      EXPECT_EQ(plan.implementation(), k.impl);
+      std::vector<char> ws(plan.workspace_size());
+      std::vector<Data> runs;  // all kept alive: every run binds new pointers
+      runs.reserve(8);
+      auto rng = rng_for(301);
+      for (int step = 0; step < 8; ++step) {
+        Problem q = p;
+        q.seed = 310 + static_cast<uint64_t>(step);
+        q.in_place = step % 2 == 1;
+        // Step 2: every row on one adapter (a prefill group); others: random, with -1 and W.
+        std::uniform_int_distribution<int32_t> ui(-1, static_cast<int32_t>(q.W));
+        for (int64_t i = 0; i < q.B; ++i) q.indices.push_back(step == 2 ? 4 : ui(rng));
+        runs.push_back(make(q));
+        Data &got = runs.back();
+        Data fresh = make(q);
+        AddLoraStats st, fresh_st;
+        const Status s = plan.run(tensors_of(got), ws.data(), ws.size(), &st);
+        ASSERT_TRUE(s.ok()) << s.message();
+        ASSERT_TRUE(run(fresh, o, &fresh_st).ok());
+        EXPECT_TRUE(out_buf(got) == out_buf(fresh)) << "step " << step;
+        EXPECT_EQ(check(got, "reused plan"), 0) << "step " << step;
+        EXPECT_EQ(st.rows_with_adapter, fresh_st.rows_with_adapter);
+        EXPECT_EQ(st.rows_without_adapter, fresh_st.rows_without_adapter);
+        EXPECT_EQ(st.prefill_groups, fresh_st.prefill_groups);
+        EXPECT_EQ(st.decode_groups, fresh_st.decode_groups);
+      }
+    }
+  }
+}
+
+// A binding that does not match the problem is refused before anything is written (out keeps
+// its poison, y its bits), and the plan still runs afterwards.
+TEST(AddLoraPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
+  Problem p;
+  p.B = 6;
+  p.H1 = 20;
+  p.H2 = 12;
+  p.H3 = 16;
+  p.R = 4;
+  p.W = 3;
+  p.L = 2;
+  p.out_pad = 2;  // out's layout is not y's: this plan never runs in place
+  p.seed = 320;
+  Data d = make(p);
+  AddLora plan;
+  ASSERT_TRUE(AddLora::plan(d.vy, d.vx, d.vb, d.vi, d.va, d.vo, options_for(p), &plan).ok());
+  EXPECT_FALSE(plan.problem().out_like_y);
+  std::vector<char> ws(plan.workspace_size());
+  std::vector<uint8_t> other(d.x.size() * 4, 0);
+  std::vector<int32_t> idx7(7, 0);
+  struct Case {
+    const char *what, *needle;
+    StatusCode code;
+    AddLoraTensors t;
+  };
+  const AddLoraTensors t = tensors_of(d);
+  std::vector<Case> cases;
+  auto add = [&](const char *what, const char *needle, StatusCode code) -> AddLoraTensors & {
+    cases.push_back({what, needle, code, t});
+    return cases.back().t;
+  };
+  add("x of another shape", "x is", StatusCode::kInvalidArgument).x =
+      TensorView::contiguous(other.data(), p.dt, {p.B, p.H1 - 1});
+  add("y of another row stride", "y is", StatusCode::kInvalidArgument).y =
+      TensorView::strided(other.data(), p.dt, {p.B, p.H3}, {p.H3 + 1, 1});
+  add("out of another dtype", "out is", StatusCode::kInvalidArgument).out =
+      TensorView::strided(d.out.data(), DType::kBFloat16, {p.B, p.H3}, {d.os, 1});
+  add("weightB of another layer count", "weightB is", StatusCode::kInvalidArgument).weight_b =
+      TensorView::contiguous(other.data(), p.dt, {p.W, 1, p.H2, p.R});
+  add("indices of another length", "indices is", StatusCode::kInvalidArgument).indices =
+      TensorView::of(idx7.data(), {7});
+  add("x on another device", "on cuda", StatusCode::kInvalidArgument).x.device = Device::kCuda;
+  add("weightA absent", "weightAOptional is null", StatusCode::kNullPointer).weight_a =
+      TensorView();
+  add("x without data", "x has no data", StatusCode::kNullPointer).x.data = nullptr;
+  add("out over y, another layout", "out overlaps y", StatusCode::kInvalidArgument).out =
+      TensorView::strided(d.y.data(), p.dt, {p.B, p.H3}, {d.os, 1});
+  add("out over x", "out overlaps x", StatusCode::kInvalidArgument).out =
+      TensorView::strided(d.x.data(), p.dt, {p.B, p.H3}, {d.os, 1});
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::vector<uint8_t> out_before = d.out, y_before = d.y, x_before = d.x;
+    AddLoraStats st;
+    st.rows_with_adapter = 99;
+    const Status s = plan.run(c.t, ws.data(), ws.size(), &st);
+    EXPECT_EQ(s.code(), c.code) << s.message();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().rfind("AddLora: ", 0), 0u) << s.message();
+    EXPECT_EQ(st.rows_with_adapter, 0);
+    EXPECT_TRUE(d.out == out_before && d.y == y_before && d.x == x_before) << "written";
+  }
+  // A plan made with weightA refuses a binding without it; one made without refuses one with it.
+  // The workspace: too small, or null.
+  {
+    const std::vector<uint8_t> out_before = d.out;
+    EXPECT_EQ(plan.run(t, ws.data(), ws.size() - 1).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(plan.run(t, nullptr, ws.size()).code(), StatusCode::kNullPointer);
+    EXPECT_TRUE(d.out == out_before);
+  }
+  // The same plan still runs on the right tensors afterwards.
+  ASSERT_TRUE(plan.run(t, ws.data(), ws.size()).ok());
+  EXPECT_EQ(check(d, "after the refusals"), 0);
+}
+
+TEST(AddLoraPlan, APlanWithoutWeightARefusesOneAndIndicesAreCheckedEachRun) {
+  Problem p;
+  p.has_a = false;
+  p.B = 9;
+  p.R = p.H1 = 8;
+  p.H2 = 20;
+  p.H3 = 24;
+  p.W = 3;
+  p.seed = 330;
+  p.in_place = true;
+  p.indices = {0, 1, 2, 3, -1, 1, 0, 2, 2};
+  Data d = make(p);
+  for (const KernelPath &k : kernels()) {
+    SCOPED_TRACE(k.name);
+    AddLoraProblem problem;
+    ASSERT_TRUE(AddLoraProblem::make(tensors_of(d), options_for(p, k), &problem).ok());
+    EXPECT_FALSE(problem.has_a);
+    AddLora plan;
+    ASSERT_TRUE(AddLora::plan(problem, options_for(p, k), &plan).ok());
+    std::vector<char> ws(plan.workspace_size());
+    std::vector<uint8_t> wa(static_cast<size_t>(p.W * p.L * p.R * p.H1) * 2);
+    AddLoraTensors t = tensors_of(d);
+    t.weight_a = TensorView::contiguous(wa.data(), p.dt, {p.W, p.L, p.R, p.H1});
+    const std::vector<uint8_t> y_before = d.y;
+    Status s = plan.run(t, ws.data(), ws.size());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("weightAOptional is given"), std::string::npos) << s.message();
+    // An index above W in the second run of a plan: refused, the row named, y untouched.
+    Data bad = d;
+    bad.idx[5] = 4;
+    bad.vi = TensorView::of(bad.idx.data(), {p.B});
+    bad.vy = TensorView::contiguous(bad.y.data(), p.dt, {p.B, p.H3});
+    bad.vo = bad.vy;
+    bad.vx = TensorView::contiguous(bad.x.data(), p.dt, {p.B, p.H1});
+    bad.vb = TensorView::contiguous(bad.wb.data(), p.dt, {p.W, p.L, p.H2, p.R});
+    ASSERT_TRUE(plan.run(tensors_of(d), ws.data(), ws.size()).ok());
+    EXPECT_EQ(check(d, "in place without weightA"), 0);
+    d.y = y_before;
+    s = plan.run(tensors_of(bad), ws.data(), ws.size());
+    EXPECT_EQ(s.code(), StatusCode::kShapeMismatch) << s.message();
+    EXPECT_NE(s.message().find("indices[5] = 4"), std::string::npos) << s.message();
+    EXPECT_TRUE(bad.y == y_before);
+  }
+}
+
+TEST(AddLoraPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
+  Problem p;
+  p.B = 3;
+  p.seed = 340;
+  Data d = make(p);
+  AddLoraTensors t = tensors_of(d);
+  t.weight_b.device = Device::kCuda;  // one tensor elsewhere is enough
+  AddLoraProblem problem;
+  ASSERT_TRUE(AddLoraProblem::make(t, {}, &problem).ok());  // a valid problem
+  AddLora plan;
+  Status s = AddLora::plan(problem, {}, &plan);
+  EXPECT_EQ(s.code(), StatusCode::kNoImplementation) << s.message();
+  EXPECT_NE(s.message().find("cpu_reference"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("not on the cpu"), std::string::npos) << s.message();
+  for (TensorView *v : {&t.y, &t.x, &t.indices, &t.weight_a, &t.out}) v->device = Device::kCuda;
+  ASSERT_TRUE(AddLoraProblem::make(t, {}, &problem).ok());
+  EXPECT_EQ(AddLora::plan(problem, {}, &plan).code(), StatusCode::kNoImplementation);
+  // The compatibility plan and the one call answer the same.
+  EXPECT_EQ(AddLora::plan(t.y, t.x, t.weight_b, t.indices, t.weight_a, t.out, {}, &plan).code(),
+            StatusCode::kNoImplementation);
+
+  ASSERT_TRUE(AddLoraProblem::make(tensors_of(d), {}, &problem).ok());
+  AddLoraOptions o;
+  o.implementation = "cpu_nonesuch";
+  s = AddLora::plan(problem, o, &plan);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  EXPECT_NE(s.message().find("cpu_nonesuch"), std::string::npos) << s.message();
+  const std::vector<uint8_t> out_before = d.out;
+  EXPECT_EQ(add_lora(d.vy, d.vx, d.vb, d.vi, d.va, d.vo, o).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(d.out == out_before);
+  // The list: the reference last; kReference picks it, kOptimized anything else.
+  const std::vector<std::string> names = AddLora::implementations();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.back(), "cpu_reference");
+  EXPECT_EQ(names.front(), "cpu_hwy");
+  o = {};
+  ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
+  EXPECT_STREQ(plan.implementation(), "cpu_hwy");
+  o.kernel = KernelChoice::kReference;
+  ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
+  EXPECT_STREQ(plan.implementation(), "cpu_reference");
+  o.kernel = KernelChoice::kOptimized;
+  ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
+  EXPECT_STRNE(plan.implementation(), "cpu_reference");
+  // A plan from a problem has no bound tensors; a plan never made refuses to run.
+  std::vector<char> ws(plan.workspace_size());
+  EXPECT_EQ(plan.run(ws.data(), ws.size()).code(), StatusCode::kInvalidArgument);
+  AddLora empty;
+  EXPECT_STREQ(empty.implementation(), "none");
+  EXPECT_EQ(empty.run(tensors_of(d), ws.data(), ws.size()).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(d.out == out_before);
+}
+
+// Many decode groups: with at least 4 per thread one chunk is a whole group (shrink then
+// expand), with fewer (10 threads here) the shrink items, then the expand items. Bitwise
+// identical over thread counts, so both ways give the same bits.
+TEST(AddLoraPlan, DecodeGroupsBitwiseEqualOverThreadCounts) {
+  Problem p;
+  p.B = 40;
+  p.H1 = 2000;
+  p.H2 = 2100;
+  p.H3 = 2100;
+  p.R = 16;
+  p.W = 32;
+  p.seed = 350;
+  for (int i = 0; i < 40; ++i) p.indices.push_back(i % 32);  // 32 groups of 1 or 2 rows
+  for (DType dt : kDtypes) {
+    p.dt = dt;
+    std::vector<uint8_t> first;
+    for (int threads : {1, 2, 3, 4, 10}) {
+      Data d = make(p);
+      AddLoraStats st;
+      ASSERT_TRUE(
+          run(d, options_for(p, KernelChoice::kOptimized, AddLoraPath::kAuto, threads), &st).ok());
+      EXPECT_EQ(st.decode_groups, 32);
+      if (first.empty()) {
+        EXPECT_EQ(check(d, "decode"), 0);
+        first = d.out;
+      }
+      EXPECT_TRUE(d.out == first) << dtype_name(dt) << ": " << threads << " threads";
+    }
+  }
+}
+
+TEST(AddLoraPlan, VerboseNamesTheImplementation) {
+  // FUSEKIT_VERBOSE is read once per process: this checks the line when the variable is set for
+  // the test binary (ctest sets it for this test; see CMakeLists.txt), and passes trivially
+  // otherwise.
+  if (std::getenv("FUSEKIT_VERBOSE") == nullptr) GTEST_SKIP() << "FUSEKIT_VERBOSE not set";
+  Problem p;
+  p.B = 4;
+  p.seed = 360;
+  for (const KernelPath &k : kernels()) {
+    Data d = make(p);
+    ::testing::internal::CaptureStderr();
+    ASSERT_TRUE(run(d, options_for(p, k)).ok());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("fusekit_verbose,AddLora,"), std::string::npos) << err;
+    const std::string isa = k.impl == "cpu_reference" ? std::string("scalar")
+                                                      : std::string(AddLora::optimized_target());
+    EXPECT_NE(err.find("impl=" + k.impl + ",isa=" + isa), std::string::npos) << err;
+    EXPECT_NE(err.find("check="), std::string::npos) << err;
+    EXPECT_NE(err.find("compute="), std::string::npos) << err;
+  }
 }
 
 // ---- the aclnn face ----
