@@ -113,7 +113,9 @@ inline const char *cpu_only(std::initializer_list<const TensorView *> tensors) {
 // Whether two descriptions have the same dtype, device, shape and strides (strides of size-1
 // dimensions are not compared). Data pointers are not looked at.
 bool same_layout(const TensorView &a, const TensorView &b);
-// "run: gradient has shape [4, 8] and strides [8, 1] on cpu, but the plan was made for ..." or ok.
+// Ok when `bound` has the planned layout and a data pointer aligned to its element size (or
+// null; each operator checks presence itself); else kInvalidArgument naming the tensor and both
+// layouts, or the misaligned address.
 Status check_binding(const char *op, const char *name, const TensorView &planned,
                      const TensorView &bound);
 

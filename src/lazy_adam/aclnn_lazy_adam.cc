@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/lazy_adam.h"
 #include "runtime/acl_tensor.h"
@@ -48,40 +49,45 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
     const aclTensor *gradient, const aclTensor *indices, const aclTensor *inputM,
     const aclTensor *inputV, const aclTensor *inputVar, const aclTensor *lr, double beta1,
     double beta2, double epsilon, uint64_t *workspaceSize, aclOpExecutor **executor) {
-  TensorView g, i, m, v, var, l;
-  Status st = view_of(gradient, kOp, "gradient", &g);
-  if (st.ok()) st = view_of(indices, kOp, "indices", &i);
-  if (st.ok()) st = view_of(inputM, kOp, "inputM", &m);
-  if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
-  if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
-  if (st.ok()) st = view_of(lr, kOp, "lr", &l);
-  if (st.ok() && workspaceSize == nullptr)
-    st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
-  if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
-  if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
-    st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ", dtype_name(l.dtype),
-                                 " ", l.shape_string()));
-  }
-  if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
-  LazyAdam plan;
-  const LazyAdamTensors tensors{g, i, m, v, var};
-  if (st.ok()) {
-    LazyAdamOptions options;
-    options.beta1 = beta1;
-    options.beta2 = beta2;
-    options.epsilon = epsilon;
-    LazyAdamProblem problem;
-    st = LazyAdamProblem::make(tensors, options, &problem);
-    if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-    if (st.ok()) st = LazyAdam::plan(problem, options, &plan);
-    st = with_aclnn_name(st, "LazyAdam");
-  }
-  std::unique_ptr<aclOpExecutor> ex;
-  if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, tensors, l);
-  return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    TensorView g, i, m, v, var, l;
+    Status st = view_of(gradient, kOp, "gradient", &g);
+    if (st.ok()) st = view_of(indices, kOp, "indices", &i);
+    if (st.ok()) st = view_of(inputM, kOp, "inputM", &m);
+    if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
+    if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
+    if (st.ok()) st = view_of(lr, kOp, "lr", &l);
+    if (st.ok() && workspaceSize == nullptr)
+      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+    if (st.ok() && executor == nullptr)
+      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+    if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
+      st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ",
+                                   dtype_name(l.dtype), " ", l.shape_string()));
+    }
+    if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
+    LazyAdam plan;
+    const LazyAdamTensors tensors{g, i, m, v, var};
+    if (st.ok()) {
+      LazyAdamOptions options;
+      options.beta1 = beta1;
+      options.beta2 = beta2;
+      options.epsilon = epsilon;
+      LazyAdamProblem problem;
+      st = LazyAdamProblem::make(tensors, options, &problem);
+      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+      if (st.ok()) st = LazyAdam::plan(problem, options, &plan);
+      st = with_aclnn_name(st, "LazyAdam");
+    }
+    std::unique_ptr<aclOpExecutor> ex;
+    if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, tensors, l);
+    return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+  });
 }
 
 extern "C" aclnnStatus aclnnLazyAdam(void *workspace, uint64_t workspaceSize,
                                      aclOpExecutor *executor, aclrtStream stream) {
-  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+  });
 }

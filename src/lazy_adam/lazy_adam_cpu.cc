@@ -139,6 +139,9 @@ Status lazy_adam_cpu_run(LazyAdamRowsFn kernel, int64_t prefetch_ahead, const La
   }
   timer.stage("check");
   st.indices_padding = padding;
+  // Rows of no columns: the indices were checked, there is nothing to update (and the tables may
+  // have no data at all).
+  if (p.d == 0) return Status::Ok();
 
   // ---- group: without duplicates the entries stay in batch order, padding among them (the
   // kernel skips row R); with duplicates, sorted by row, padding last, then the groups put back in
@@ -216,8 +219,8 @@ Status lazy_adam_cpu_run(LazyAdamRowsFn kernel, int64_t prefetch_ahead, const La
         groups += (k == b || (ordered[k] >> 32) != (ordered[k - 1] >> 32)) ? 1 : 0;
       distinct.fetch_add(groups, std::memory_order_relaxed);
     }
-    auto *scratch = reinterpret_cast<float *>(
-        const_cast<char *>(scratch_base) + w.scratch_per_thread * static_cast<size_t>(worker));
+    auto *scratch = reinterpret_cast<float *>(const_cast<char *>(scratch_base) +
+                                              w.scratch_per_thread * static_cast<size_t>(worker));
     skipped.fetch_add(kernel(args, b, e, scratch), std::memory_order_relaxed);
   });
   const int64_t rows_distinct = duplicates != 0 ? distinct.load() : n - padding;

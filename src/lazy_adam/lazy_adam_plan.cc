@@ -98,11 +98,13 @@ Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &op
         str_cat(kOp, ": ", n, " indices into ", rows,
                 " rows exceeds this implementation's limit of 2^32 - 1 of each"));
   }
-  if (!(options.beta1 >= 0.0 && options.beta1 < 1.0)) {
-    return Status::Invalid(str_cat(kOp, ": beta1 = ", options.beta1, " must be in [0, 1)"));
-  }
-  if (!(options.beta2 >= 0.0 && options.beta2 < 1.0)) {
-    return Status::Invalid(str_cat(kOp, ": beta2 = ", options.beta2, " must be in [0, 1)"));
+  // The rule of every fusekit optimizer: a beta is checked as the kernel uses it, in float32, so
+  // that 1 - 1e-9 (which rounds to 1.0f and would freeze m or v) is refused.
+  for (const auto &[value, name] : {std::pair{options.beta1, "beta1"}, {options.beta2, "beta2"}}) {
+    if (!(value >= 0.0 && static_cast<float>(value) < 1.0f)) {
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, " = ", value, " must be in [0, 1) in float32"));
+    }
   }
   if (!(std::isfinite(options.epsilon) && options.epsilon > 0.0 &&
         static_cast<float>(options.epsilon) > 0.0f &&

@@ -5,10 +5,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <unordered_set>
 
 #include "acl/acl.h"
+#include "common/c_entry.h"
 #include "common/last_message.h"
 #include "common/str_cat.h"
 #include "runtime/stream.h"
@@ -96,14 +98,17 @@ aclError aclrtGetDeviceCount(uint32_t *count) {
 }
 
 aclError aclrtCreateStream(aclrtStream *stream) {
-  if (stream == nullptr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is null");
-  auto *s = new fusekit::Stream();
-  {
-    std::lock_guard<std::mutex> lock(fusekit::g_streams_mu);
-    fusekit::live_streams().insert(s);
-  }
-  *stream = s;
-  return ACL_SUCCESS;
+  return fusekit::guard_c_entry("aclrtCreateStream", ACL_ERROR_BAD_ALLOC, [&]() -> aclError {
+    if (stream == nullptr)
+      return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is null");
+    auto s = std::make_unique<fusekit::Stream>();
+    {
+      std::lock_guard<std::mutex> lock(fusekit::g_streams_mu);
+      fusekit::live_streams().insert(s.get());
+    }
+    *stream = s.release();
+    return ACL_SUCCESS;
+  });
 }
 
 aclError aclrtDestroyStream(aclrtStream stream) {

@@ -1,12 +1,35 @@
 #include "runtime/executor.h"
 
+#include <mutex>
 #include <new>
+#include <unordered_set>
 
+#include "common/c_entry.h"
 #include "common/last_message.h"
 #include "common/str_cat.h"
 #include "runtime/stream.h"
 
 namespace fusekit {
+namespace {
+
+std::mutex g_live_mu;
+std::unordered_set<const aclOpExecutor *> &live_executors() {
+  static auto *s = new std::unordered_set<const aclOpExecutor *>();
+  return *s;
+}
+
+bool is_live(const aclOpExecutor *e) {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  return live_executors().count(e) != 0;
+}
+
+// Removes e from the live set; false when it was not there.
+bool retire(const aclOpExecutor *e) {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  return live_executors().erase(e) != 0;
+}
+
+}  // namespace
 
 Status with_aclnn_name(Status status, const char *cpp_op) {
   const std::string prefix = std::string(cpp_op) + ":";
@@ -29,6 +52,10 @@ aclnnStatus finish_phase_one(const char *op, const Status &status,
                 " is null")));
   }
   *workspace_size = executor->workspace_size();
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    live_executors().insert(executor.get());  // may throw bad_alloc: the caller's guard reports it
+  }
   *out = executor.release();
   return ACLNN_SUCCESS;
 }
@@ -36,16 +63,16 @@ aclnnStatus finish_phase_one(const char *op, const Status &status,
 aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
                           aclOpExecutor *executor, aclrtStream stream) {
   if (executor == nullptr) return report(Status::NullPointer(str_cat(op, ": executor is null")));
-  if (executor->magic != aclOpExecutor::kMagic) {
+  if (!is_live(executor)) {
     return report(Status::Invalid(str_cat(op, ": executor is not a live executor (already run?)")));
   }
-  // From here on the executor is consumed, whatever happens.
-  std::unique_ptr<aclOpExecutor> owned(executor);
-  if (std::string(owned->op_name) != op) {
-    owned.release();  // not ours to free: it belongs to another operator's phase two
+  if (std::string(executor->op_name) != op) {  // not ours: it stays live for its own phase two
     return report(Status::Invalid(
         str_cat(op, ": executor was made by ", executor->op_name, "GetWorkspaceSize")));
   }
+  // From here on the executor is consumed, whatever happens.
+  retire(executor);
+  std::unique_ptr<aclOpExecutor> owned(executor);
   const uint64_t needed = owned->workspace_size();
   if (workspace_size < needed) {
     return report(Status::Invalid(str_cat(op, ": workspaceSize = ", workspace_size,
@@ -74,11 +101,13 @@ aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_si
 }  // namespace fusekit
 
 extern "C" aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
-  if (executor == nullptr) return ACLNN_SUCCESS;
-  if (executor->magic != aclOpExecutor::kMagic) {
-    fusekit::set_last_message("aclDestroyAclOpExecutor: not a live executor");
-    return ACLNN_ERR_PARAM_INVALID;
-  }
-  delete executor;
-  return ACLNN_SUCCESS;
+  return fusekit::guard_c_entry("aclDestroyAclOpExecutor", ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    if (executor == nullptr) return ACLNN_SUCCESS;
+    if (!fusekit::retire(executor)) {
+      fusekit::set_last_message("aclDestroyAclOpExecutor: not a live executor");
+      return ACLNN_ERR_PARAM_INVALID;
+    }
+    delete executor;
+    return ACLNN_SUCCESS;
+  });
 }

@@ -14,9 +14,8 @@
 #include "fusekit/status.h"
 
 struct aclOpExecutor {
-  static constexpr uint32_t kMagic = 0xe8ec0707u;
   explicit aclOpExecutor(const char *op) : op_name(op) {}
-  virtual ~aclOpExecutor() { magic = 0; }
+  virtual ~aclOpExecutor() = default;
   aclOpExecutor(const aclOpExecutor &) = delete;
   aclOpExecutor &operator=(const aclOpExecutor &) = delete;
 
@@ -26,7 +25,6 @@ struct aclOpExecutor {
   virtual fusekit::Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
                                   std::string *warning) = 0;
 
-  uint32_t magic = kMagic;
   const char *op_name;
 };
 
@@ -39,7 +37,9 @@ Status with_aclnn_name(Status status, const char *cpp_op);
 // Records the message of a failed status and returns its aclnn code.
 aclnnStatus report(const Status &status);
 
-// Ends phase one: on success hands the executor and its workspace size to the caller.
+// Ends phase one: on success registers the executor as live and hands it and its workspace size
+// to the caller. Executors are tracked in a set of live ones, so that a consumed or destroyed
+// executor is refused without reading the memory it was in.
 aclnnStatus finish_phase_one(const char *op, const Status &status,
                              std::unique_ptr<aclOpExecutor> executor, uint64_t *workspace_size,
                              aclOpExecutor **out);

@@ -3,6 +3,7 @@
 // allocations made while plan.run() and aclnnLazyAdam run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -18,11 +19,13 @@
 namespace {
 std::atomic<long> g_allocations{0};
 std::atomic<bool> g_counting{false};
+std::atomic<bool> g_fail{false};  // every allocation throws std::bad_alloc
 }  // namespace
 
 void *operator new(std::size_t n) {
   if (g_counting.load(std::memory_order_relaxed))
     g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_fail.load(std::memory_order_relaxed)) throw std::bad_alloc();
   if (void *p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -95,6 +98,48 @@ TEST(LazyAdamNoAlloc, AclnnPhaseTwoAllocatesNothing) {
       EXPECT_EQ(count, 0);  // rep 0 warms up the thread pool
     }
   }
+  for (aclTensor *x : t) aclDestroyTensor(x);
+}
+
+// Nothing throws across the C boundary: with every allocation failing, phase one, tensor and
+// stream creation return their error codes (and record a message when they can).
+TEST(LazyAdamNoAlloc, AllocationFailureIsAStatusNotAnException) {
+  const int64_t n = 4, rows = 10, dim = 8;
+  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f),
+      var(rows * dim, 1.0f);
+  std::vector<int32_t> idx = {1, 2, 3, 4};
+  float lr = 0.01f;
+  const int64_t gd[2] = {n, dim}, id[1] = {n}, td[2] = {rows, dim}, ld[1] = {1};
+  aclTensor *t[6] = {
+      aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()),
+      aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx.data()),
+      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data()),
+      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data()),
+      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, var.data()),
+      aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr)};
+  uint64_t ws = 0;
+  aclOpExecutor *ex = nullptr;
+  aclnnStatus phase_one = -1;
+  aclTensor *made = reinterpret_cast<aclTensor *>(1);
+  aclError stream_status = ACL_SUCCESS;
+  aclrtStream stream = nullptr;
+  g_fail = true;
+  EXPECT_NO_THROW(phase_one = aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9,
+                                                            0.999, 1e-7, &ws, &ex));
+  EXPECT_NO_THROW(
+      made = aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()));
+  EXPECT_NO_THROW(stream_status = aclrtCreateStream(&stream));
+  g_fail = false;
+  EXPECT_EQ(phase_one, ACLNN_ERR_INNER);
+  EXPECT_EQ(ex, nullptr);
+  EXPECT_EQ(made, nullptr);
+  EXPECT_EQ(stream_status, ACL_ERROR_BAD_ALLOC);
+  // Memory again: everything works, nothing was modified.
+  ASSERT_EQ(
+      aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, &ws, &ex),
+      0);
+  EXPECT_EQ(aclDestroyAclOpExecutor(ex), 0);
+  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](float x) { return x == 0.1f; }));
   for (aclTensor *x : t) aclDestroyTensor(x);
 }
 

@@ -870,4 +870,63 @@ TEST(LazyAdamPlan, VerboseNamesTheImplementation) {
   EXPECT_NE(err.find("check="), std::string::npos) << err;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hardening: the edges that a hostile caller found
+// ---------------------------------------------------------------------------------------------
+
+TEST(LazyAdamEdges, ZeroColumnsIsANoOpEvenWithoutTableData) {
+  // D = 0: tables of no columns may have no data at all; the indices are still checked, and no
+  // kernel runs (no pointer arithmetic on null, whatever the row stride).
+  std::vector<int64_t> idx = {0, 3, 3, -1};
+  const TensorView none =
+      TensorView::strided(nullptr, DType::kFloat32, {5, 0}, {int64_t{1} << 40, 1});
+  LazyAdamStats stats;
+  ASSERT_TRUE(fusekit::lazy_adam_step(TensorView::contiguous(nullptr, DType::kFloat32, {4, 0}),
+                                      TensorView::of(idx.data(), {4}), none, none, none, 0.1f, {},
+                                      &stats)
+                  .ok());
+  EXPECT_EQ(stats.rows_updated, 0);
+  EXPECT_EQ(stats.indices_padding, 1);
+  idx[1] = 5;  // out of range: still refused
+  const Status s =
+      fusekit::lazy_adam_step(TensorView::contiguous(nullptr, DType::kFloat32, {4, 0}),
+                              TensorView::of(idx.data(), {4}), none, none, none, 0.1f, {}, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("indices[1] = 5"), std::string::npos) << s.message();
+}
+
+TEST(LazyAdamEdges, MisalignedPointersAreRefused) {
+  Problem p = make_problem(300, 20, 6, 8);
+  Problem before = p;
+  std::vector<char> raw(p.grad.size() * 4 + 4);
+  char *odd = raw.data() + 1;
+  std::memcpy(odd, p.grad.data(), p.grad.size() * 4);
+  const Status s = fusekit::lazy_adam_step(
+      TensorView::contiguous(odd, DType::kFloat32, {p.n, p.dim}),
+      TensorView::of(p.idx.data(), {p.n}), p.m.view(), p.v.view(), p.var.view(), p.lr, {}, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gradient's data pointer"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("not aligned"), std::string::npos) << s.message();
+  expect_tables_equal(p, before);
+}
+
+TEST(LazyAdamEdges, ABetaThatRoundsToOneInFloat32IsRefused) {
+  for (double beta : {1.0 - 1e-9, 1.0 - 1e-8, 1.0}) {
+    for (int which = 0; which < 2; ++which) {
+      Problem p = make_problem(310, 20, 6, 8);
+      (which == 0 ? p.beta1 : p.beta2) = beta;
+      Problem before = p;
+      const Status s = run_cpp(p, KernelChoice::kAuto, 1, nullptr);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << beta;
+      EXPECT_NE(s.message().find(which == 0 ? "beta1" : "beta2"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("in float32"), std::string::npos) << s.message();
+      expect_tables_equal(p, before);
+    }
+  }
+  // The largest float32 below 1 is accepted.
+  Problem p = make_problem(311, 20, 6, 8);
+  p.beta1 = static_cast<double>(std::nextafter(1.0f, 0.0f));
+  EXPECT_TRUE(run_cpp(p, KernelChoice::kAuto, 1, nullptr).ok());
+}
+
 }  // namespace

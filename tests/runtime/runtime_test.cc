@@ -1,6 +1,7 @@
 // The ACL runtime face: memory, copies, streams, tensors, messages.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -152,7 +153,65 @@ TEST(Tensor, RefusesViewsOutsideTheirStorage) {
       nullptr);
 }
 
+TEST(Runtime, CreateTensorRefusesOffsetsThatOverflow) {
+  // Offsets near INT64_MAX: offset + reach and offset * element size overflow; refused with a
+  // message, before any arithmetic that would be undefined (the sanitizer build checks that).
+  std::vector<float> storage(16);
+  const int64_t dims[2] = {2, 8}, sdims[1] = {16}, none[1] = {0};
+  const int64_t big = INT64_MAX - 3;
+  EXPECT_EQ(
+      aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, big, ACL_FORMAT_ND, sdims, 1, storage.data()),
+      nullptr);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("storage"), std::string::npos);
+  // An empty view and a view without storage dims skip the storage check: the byte offset is
+  // still checked.
+  EXPECT_EQ(
+      aclCreateTensor(none, 1, ACL_FLOAT, nullptr, big, ACL_FORMAT_ND, none, 1, storage.data()),
+      nullptr);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("overflows"), std::string::npos)
+      << aclGetRecentErrMsg();
+  EXPECT_EQ(
+      aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, big, ACL_FORMAT_ND, nullptr, 0, storage.data()),
+      nullptr);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("overflows"), std::string::npos)
+      << aclGetRecentErrMsg();
+}
+
 #if FUSEKIT_TEST_HAVE_LAZY_ADAM  // an operator's phase two, here LazyAdam's (when it is built)
+TEST(Executor, AConsumedExecutorIsRefusedWithoutBeingRead) {
+  // Phase two consumes the executor; running or destroying it again is refused by the live set,
+  // not by reading freed memory (which the sanitizer build would report).
+  std::vector<float> g(8, 0.5f), m(16, 0.1f), v(16, 0.2f), w(16, 1.0f);
+  int32_t idx[1] = {1};
+  float lr = 0.1f;
+  const int64_t gd[2] = {1, 8}, id[1] = {1}, td[2] = {2, 8}, ld[1] = {1};
+  aclTensor *t[6] = {aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, g.data()),
+                     aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx),
+                     aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data()),
+                     aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data()),
+                     aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, w.data()),
+                     aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr)};
+  uint64_t ws = 0;
+  aclOpExecutor *ex = nullptr;
+  ASSERT_EQ(
+      aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, &ws, &ex),
+      ACLNN_SUCCESS);
+  std::vector<char> buf(ws);
+  ASSERT_EQ(aclnnLazyAdam(buf.data(), ws, ex, nullptr), ACLNN_SUCCESS);
+  const std::vector<float> after = w;
+  EXPECT_EQ(aclnnLazyAdam(buf.data(), ws, ex, nullptr), ACLNN_ERR_PARAM_INVALID);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("not a live executor"), std::string::npos);
+  EXPECT_EQ(aclDestroyAclOpExecutor(ex), ACLNN_ERR_PARAM_INVALID);
+  EXPECT_EQ(w, after);  // the second run did nothing
+  // A destroyed one too.
+  ASSERT_EQ(
+      aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, &ws, &ex),
+      ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyAclOpExecutor(ex), ACLNN_SUCCESS);
+  EXPECT_EQ(aclnnLazyAdam(buf.data(), ws, ex, nullptr), ACLNN_ERR_PARAM_INVALID);
+  for (aclTensor *x : t) aclDestroyTensor(x);
+}
+
 TEST(Executor, PhaseTwoRefusesNullExecutor) {
   EXPECT_EQ(aclnnLazyAdam(nullptr, 0, nullptr, nullptr), ACLNN_ERR_PARAM_NULLPTR);
   EXPECT_NE(std::string(aclGetRecentErrMsg()).find("executor is null"), std::string::npos);
