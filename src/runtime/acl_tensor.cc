@@ -118,9 +118,9 @@ extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
         if (storageDims != nullptr && storageDimsNum > 0 && !empty &&
             (__builtin_add_overflow(offset, max_reach, &last_element) ||
              last_element >= storage_elems)) {
-          set_last_message(str_cat("aclCreateTensor: the view (offset ", offset, ", last element ",
-                                   offset + max_reach, ") reaches past its storage of ",
-                                   storage_elems, " elements"));
+          set_last_message(str_cat(
+              "aclCreateTensor: the view (offset ", offset, ", farthest element ", max_reach,
+              " past it) reaches past its storage of ", storage_elems, " elements"));
           delete t;
           return nullptr;
         }
