@@ -7,14 +7,20 @@
 //   - the 8-bit step with the nearest code found by 8-step binary search instead of the table;
 //   - the arithmetic floors (common/adam_arithmetic.h): the least time the multiplies, adds, square
 //     root and divisions of each step take on this machine for the same 64M elements, with no
-//     memory traffic, codes or maxima: a step cannot run faster than its floor.
-// Buffers come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
+//     memory traffic, codes or maxima: a step cannot run faster than its floor;
+//   - the per-call overhead on a tiny tensor (one block of 256 elements): a reused plan's run
+//     (PlanReuse, for each implementation this machine runs) and plan + run each time (FreshPlan),
+//     in microseconds per call.
+// The AdamW yardstick is built where the adam_w operator is (FUSEKIT_BENCH_WITH_ADAM_W; it is also
+// benchmarks/adam_w_bench). Buffers come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "common/adam_arithmetic.h"
 #include "common/ceilings.h"
@@ -111,6 +117,7 @@ void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch s
   state.counters["elements"] = static_cast<double>(kN);
 }
 
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
 void BM_AdamW(benchmark::State &state) {
   DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4),
       m(static_cast<size_t>(kN) * 4), v(static_cast<size_t>(kN) * 4);
@@ -141,6 +148,61 @@ void BM_AdamW(benchmark::State &state) {
   fusekit::bench::report_bandwidth(state, 28.0 * static_cast<double>(kN));
   state.counters["elements"] = static_cast<double>(kN);
 }
+#endif  // FUSEKIT_BENCH_WITH_ADAM_W
+
+// One block of 256 float32 elements: what a run costs besides the arithmetic.
+struct Tiny {
+  static constexpr int64_t kElements = 256;
+  std::vector<float> var = std::vector<float>(kElements, 0.5f),
+                     grad = std::vector<float>(kElements, 0.01f), am = {0.01f}, av = {1e-4f};
+  std::vector<uint8_t> m = std::vector<uint8_t>(kElements, 140),
+                       v = std::vector<uint8_t>(kElements, 60);
+  std::array<float, 256> qm = fusekit::create_dynamic_map(true),
+                         qv = fusekit::create_dynamic_map(false);
+  fusekit::ApplyAdamWQuantTensors tensors() {
+    return {TensorView::of(var.data(), {kElements}), TensorView::of(grad.data(), {kElements}),
+            TensorView::of(m.data(), {kElements}),   TensorView::of(v.data(), {kElements}),
+            TensorView::of(qm.data(), {256}),        TensorView::of(qv.data(), {256}),
+            TensorView::of(am.data(), {1}),          TensorView::of(av.data(), {1})};
+  }
+};
+
+void BM_ApplyAdamWQuantPlanReuse(benchmark::State &state, const char *impl) {
+  Tiny t;
+  fusekit::ApplyAdamWQuantOptions o;
+  o.implementation = impl;
+  fusekit::ApplyAdamWQuantProblem problem;
+  fusekit::ApplyAdamWQuant plan;
+  fusekit::Status st = fusekit::ApplyAdamWQuantProblem::make(t.tensors(), o, &problem);
+  if (st.ok()) st = fusekit::ApplyAdamWQuant::plan(problem, o, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  std::vector<char> ws(plan.workspace_size());
+  fusekit::ApplyAdamWQuantScalars scalars;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
+    scalars.step = (scalars.step + 1) & 1023;
+  }
+  state.SetLabel(plan.implementation());
+}
+
+void BM_ApplyAdamWQuantFreshPlan(benchmark::State &state) {
+  Tiny t;
+  int64_t step = 0;
+  for (auto _ : state) {
+    fusekit::ApplyAdamWQuantProblem problem;
+    fusekit::ApplyAdamWQuant plan;
+    benchmark::DoNotOptimize(fusekit::ApplyAdamWQuantProblem::make(t.tensors(), {}, &problem).ok());
+    benchmark::DoNotOptimize(fusekit::ApplyAdamWQuant::plan(problem, {}, &plan).ok());
+    std::vector<char> ws(plan.workspace_size());
+    fusekit::ApplyAdamWQuantScalars scalars;
+    scalars.step = step;
+    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
+    step = (step + 1) & 1023;
+  }
+}
 
 // The arithmetic floor for kN elements, all threads, reported as the benchmark's (manual) time.
 void BM_ArithmeticFloor(benchmark::State &state, fusekit::bench::AdamArithmetic mix) {
@@ -159,14 +221,24 @@ BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16, DType::kBFloat16, fusekit::Quant
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float16, DType::kFloat16, fusekit::QuantSearch::kAuto)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
 BENCHMARK(BM_AdamW)
     ->Name("BM_AdamW/float32_fused_step")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+#endif
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_binary_search, DType::kFloat32,
                   fusekit::QuantSearch::kBinarySearch)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuantPlanReuse, auto, nullptr) -> Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuantPlanReuse, cpu_avx512vbmi, "cpu_avx512vbmi")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuantPlanReuse, cpu_hwy, "cpu_hwy")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuantPlanReuse, cpu_reference, "cpu_reference")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyAdamWQuantFreshPlan)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(BM_ArithmeticFloor, adam_w, fusekit::bench::AdamArithmetic::kAdamW)
     ->Unit(benchmark::kMillisecond)

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "fusekit/adam_w.h"
 #include "fusekit/apply_adam_w_quant.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // fusekit: ApplyAdamWQuant, one AdamW step whose moments m and v are kept as 8-bit codes into two
 // 256-entry maps with one float32 scale (absmax) per block of 256 elements (the block-wise 8-bit
-// optimizer of Dettmers et al., bitsandbytes' AdamW8bit), and AdamW, the same step on float32
-// moments.
+// optimizer of Dettmers et al., bitsandbytes' AdamW8bit). AdamW, the same step on float32 moments,
+// is its own operator (fusekit/adam_w.h, included here so that existing users still compile).
 //
 //   t   = step + 1                 c1 = 1 - beta1^t          c2s = sqrt(1 - beta2^t)
 //   step_size = -lr * c2s / c1     (all derived scalars in float32, as CANN's kernel computes them)
@@ -17,15 +17,25 @@
 //   for m the sign fix (see docs/apply_adam_w_quant.md).
 //
 // This is CANN's kernel (t = step + 1, decay after the step), not the seed document's formula.
-// A block (8-bit) or element (AdamW) whose gradient holds NaN or Inf is left bit-for-bit unchanged
-// and counted. See docs/apply_adam_w_quant.md.
+// A block whose gradient holds NaN or Inf is left bit-for-bit unchanged and counted. See
+// docs/apply_adam_w_quant.md.
+//
+// An ApplyAdamWQuantProblem (shapes, dtypes, strides, attributes) is validated once;
+// ApplyAdamWQuant::plan() picks an implementation ("cpu_avx512vbmi", "cpu_hwy", "cpu_reference")
+// and sizes the workspace; run() binds the tensors and the step of one run, checks the data (the
+// step, both maps) before writing anything, then updates in place. A plan is reused for any number
+// of steps.
 #ifndef FUSEKIT_APPLY_ADAM_W_QUANT_H_
 #define FUSEKIT_APPLY_ADAM_W_QUANT_H_
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "fusekit/adam_w.h"  // AdamW, for the users of this header before it had its own
+#include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
 #include "fusekit/status.h"
@@ -47,8 +57,9 @@ inline constexpr int kQuantMapSize = 256;
 FUSEKIT_API std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed,
                                                                 int max_exponent_bits = 7);
 
-// How the optimized kernel finds the nearest code (the reference kernel always uses the same
-// exact threshold search, by binary search).
+// How the generic SIMD implementation ("cpu_hwy") finds the nearest code. The others ignore it:
+// the reference implementation always runs the exact threshold search by binary search, and the
+// AVX-512 VBMI one its in-register search.
 enum class QuantSearch {
   kAuto,          // kTable for tensors of 65,536 elements or more, else kBinarySearch
   kTable,         // a 65,536-entry table over the normalized value's float bits, then a comparison
@@ -67,6 +78,9 @@ struct ApplyAdamWQuantOptions {
   KernelChoice kernel = KernelChoice::kAuto;
   QuantSearch search = QuantSearch::kAuto;
   int num_threads = 0;  // 0: fusekit::num_threads() when the plan is made
+  // A name from ApplyAdamWQuant::implementations(), or null: the kernel choice decides. (Last, so
+  // that the fields before it keep their offsets: ab_apply_adam_w_quant calls older builds.)
+  const char *implementation = nullptr;
 };
 
 struct ApplyAdamWQuantStats {
@@ -74,41 +88,92 @@ struct ApplyAdamWQuantStats {
   int64_t blocks_skipped_nonfinite = 0;  // left bit-for-bit unchanged: NaN or Inf in the gradient
 };
 
+// The tensors of one run. var, grad: float32, float16 or bfloat16 (the same), 1 to 8 dimensions, n
+// elements; m, v: uint8 codes of var's shape; qmap_m, qmap_v: float32 [256]; absmax_m, absmax_v:
+// float32 [ceil(n / 256)]. var, m, v, absmax_m and absmax_v are updated in place and must not share
+// memory with each other or with any input. var, grad, m and v may have any strides (a view that
+// is not contiguous runs on a gathering path); the 1-D tensors may have any stride.
+struct ApplyAdamWQuantTensors {
+  TensorView var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v;
+};
+
+// The per-step scalars. When step_tensor is set (one int64 element on the cpu), the run reads the
+// step from it, when it runs, instead of from `step` (the aclnn face passes its step tensor).
+struct ApplyAdamWQuantScalars {
+  int64_t step = 0;
+  TensorView step_tensor;
+};
+
+// What a plan is made for: shapes, dtypes, strides, devices and attributes. Data pointers are not
+// looked at (the descriptions keep them null).
+class ApplyAdamWQuantProblem {
+ public:
+  // Validates everything that shapes, dtypes, strides and attributes can tell.
+  FUSEKIT_API static Status make(const ApplyAdamWQuantTensors &tensors,
+                                 const ApplyAdamWQuantOptions &options,
+                                 ApplyAdamWQuantProblem *out);
+  // Checks the tensors bound to a run: the problem's layouts, data present, no forbidden overlap.
+  FUSEKIT_API Status check(const ApplyAdamWQuantTensors &tensors) const;
+
+  ApplyAdamWQuantTensors desc;
+  int64_t n = 0, blocks = 0;
+  bool contiguous = true;  // var, grad, m and v all contiguous (else the gathering path)
+  float lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
+  QuantSearch search = QuantSearch::kAuto;
+};
+
+struct ApplyAdamWQuantImpl;  // one implementation (apply_adam_w_quant_implementations.cc)
+
 class ApplyAdamWQuant {
  public:
-  // Phase one. var, grad: float32, float16 or bfloat16 (the same), 1 to 8 dimensions, n elements;
-  // m, v: uint8 codes of var's shape; qmap_m, qmap_v: float32 [256]; absmax_m, absmax_v: float32
-  // [ceil(n / 256)]. var, m, v, absmax_m and absmax_v are updated in place and must not share
-  // memory with each other or with any input. var, grad, m and v may have any strides (a view that
-  // is not contiguous runs on a gathering path); the 1-D tensors may have any stride.
+  // The implementations built into this library, in the order a plan tries them (the reference
+  // implementation, "cpu_reference", last).
+  FUSEKIT_API static std::vector<std::string> implementations();
+
+  // Phase one: picks the implementation (the first that supports the problem on this machine, or
+  // the one the options ask for) and books its workspace. Writes nothing, reads no data.
+  FUSEKIT_API static Status plan(const ApplyAdamWQuantProblem &problem,
+                                 const ApplyAdamWQuantOptions &options, ApplyAdamWQuant *out);
+  // Phase one and a binding in one call: the problem of these tensors, planned, with the tensors
+  // kept for run(step, ...) below.
   FUSEKIT_API static Status plan(const TensorView &var, const TensorView &grad, const TensorView &m,
                                  const TensorView &v, const TensorView &qmap_m,
                                  const TensorView &qmap_v, const TensorView &absmax_m,
                                  const TensorView &absmax_v, const ApplyAdamWQuantOptions &options,
                                  ApplyAdamWQuant *out);
 
-  // Bytes of scratch memory run() needs (the search tables of both maps, built by run()).
+  // Bytes of scratch memory a run needs (the search tables of both maps when they are not cached,
+  // and the lookup tables where the implementation uses them; run() aligns the pointer).
   size_t workspace_size() const { return workspace_bytes_; }
+  // The implementation the plan runs ("cpu_avx512vbmi", "cpu_hwy", "cpu_reference").
+  FUSEKIT_API const char *implementation() const;
+  const ApplyAdamWQuantProblem &problem() const { return problem_; }
 
-  // Phase two. Checks step (0 <= step < 2^62) and both maps (256 finite floats in ascending order,
-  // ties allowed) before writing anything, builds the search tables in the workspace, then runs.
+  // Phase two, any number of times: binds the tensors (checked against the problem: same layouts,
+  // data present, no overlap; the pointers may change from run to run) and the step, checks the
+  // step (0 <= step < 2^62) and both maps (256 finite floats in ascending order, ties allowed)
+  // before writing anything, then runs.
+  FUSEKIT_API Status run(const ApplyAdamWQuantTensors &tensors,
+                         const ApplyAdamWQuantScalars &scalars, void *workspace,
+                         size_t workspace_size, ApplyAdamWQuantStats *stats = nullptr,
+                         StreamHandle stream = nullptr) const;
+  // Phase two on the tensors given to plan(var, ...).
   FUSEKIT_API Status run(int64_t step, void *workspace, size_t workspace_size,
                          ApplyAdamWQuantStats *stats = nullptr) const;
 
-  int64_t numel() const { return n_; }
-  int64_t num_blocks() const { return blocks_; }
-  // True when run() will use the 65,536-entry table (kTable, or kAuto on a large tensor).
-  bool uses_table() const { return use_table_; }
+  int64_t numel() const { return problem_.n; }
+  int64_t num_blocks() const { return problem_.blocks; }
+  // True when the plan's implementation builds the 65,536-entry lookup tables (cpu_hwy with
+  // kTable, or kAuto on a large tensor).
+  FUSEKIT_API bool uses_table() const;
 
  private:
-  TensorView var_, grad_, m_, v_, qmap_m_, qmap_v_, absmax_m_, absmax_v_;
-  int64_t n_ = 0, blocks_ = 0;
-  bool contiguous_ = true;
-  float lr_ = 0, beta1_ = 0, beta2_ = 0, weight_decay_ = 0, eps_ = 0, gnorm_scale_ = 0;
-  KernelChoice kernel_ = KernelChoice::kAuto;
-  bool use_table_ = false;
+  ApplyAdamWQuantProblem problem_;
+  const ApplyAdamWQuantImpl *impl_ = nullptr;
   int threads_ = 1;
   size_t workspace_bytes_ = 0;
+  ApplyAdamWQuantTensors bound_;
+  bool has_bound_ = false;
 };
 
 // One call: plan, allocate the workspace, run.
@@ -118,49 +183,6 @@ FUSEKIT_API Status apply_adam_w_quant_step(const TensorView &var, const TensorVi
                                            const TensorView &absmax_m, const TensorView &absmax_v,
                                            int64_t step, const ApplyAdamWQuantOptions &options = {},
                                            ApplyAdamWQuantStats *stats = nullptr);
-
-// ---------------------------------------------------------------------------------------------
-// AdamW on float32 moments: the same step without quantization. For the tensors an 8-bit
-// optimizer keeps in 32-bit (small ones), and the yardstick of the 8-bit operator's benchmark.
-// ---------------------------------------------------------------------------------------------
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double weight_decay = 0.0;
-  double eps = 1e-8;
-  double gnorm_scale = 1.0;
-  KernelChoice kernel = KernelChoice::kAuto;
-  int num_threads = 0;
-};
-
-struct AdamWStats {
-  int64_t elements_skipped_nonfinite = 0;  // left unchanged: NaN or Inf gradient
-};
-
-class AdamW {
- public:
-  // var, grad: float32, float16 or bfloat16 (the same), contiguous, n elements; m, v: float32,
-  // contiguous, n elements. var, m and v are updated in place and must not overlap each other or
-  // grad. No workspace.
-  FUSEKIT_API static Status plan(const TensorView &var, const TensorView &grad, const TensorView &m,
-                                 const TensorView &v, const AdamWOptions &options, AdamW *out);
-  // Phase two: 0 <= step < 2^62 (t = step + 1, as for ApplyAdamWQuant).
-  FUSEKIT_API Status run(int64_t step, AdamWStats *stats = nullptr) const;
-
-  int64_t numel() const { return n_; }
-
- private:
-  TensorView var_, grad_, m_, v_;
-  int64_t n_ = 0;
-  float lr_ = 0, beta1_ = 0, beta2_ = 0, weight_decay_ = 0, eps_ = 0, gnorm_scale_ = 0;
-  KernelChoice kernel_ = KernelChoice::kAuto;
-  int threads_ = 1;
-};
-
-FUSEKIT_API Status adam_w_step(const TensorView &var, const TensorView &grad, const TensorView &m,
-                               const TensorView &v, int64_t step, const AdamWOptions &options = {},
-                               AdamWStats *stats = nullptr);
 
 }  // namespace fusekit
 

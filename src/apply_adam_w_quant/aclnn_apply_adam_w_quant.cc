@@ -17,15 +17,18 @@ constexpr const char *kOp = "aclnnApplyAdamWQuant";
 
 class ApplyAdamWQuantExecutor final : public aclOpExecutor {
  public:
-  ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const TensorView &step)
-      : aclOpExecutor(kOp), plan_(plan), step_(step) {}
+  ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const ApplyAdamWQuantTensors &tensors,
+                          const TensorView &step)
+      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
+    scalars_.step_tensor = step;  // read by the run when phase two runs
+  }
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, aclrtStream /*stream*/,
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
                  std::string *warning) override {
-    const int64_t step = *step_.as<const int64_t>();  // read when phase two runs
     ApplyAdamWQuantStats stats;
     Status st =
-        with_aclnn_name(plan_.run(step, workspace, workspace_size, &stats), "ApplyAdamWQuant");
+        with_aclnn_name(plan_.run(tensors_, scalars_, workspace, workspace_size, &stats, stream),
+                        "ApplyAdamWQuant");
     if (st.ok() && stats.blocks_skipped_nonfinite > 0) {
       *warning =
           str_cat(kOp, ": warning: ", stats.blocks_skipped_nonfinite, " of ", plan_.num_blocks(),
@@ -36,7 +39,8 @@ class ApplyAdamWQuantExecutor final : public aclOpExecutor {
 
  private:
   ApplyAdamWQuant plan_;
-  TensorView step_;
+  ApplyAdamWQuantTensors tensors_;
+  ApplyAdamWQuantScalars scalars_;
 };
 
 }  // namespace
@@ -84,6 +88,7 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     }
   }
   ApplyAdamWQuant plan;
+  const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
   if (st.ok()) {
     ApplyAdamWQuantOptions options;
     options.lr = lr;
@@ -93,11 +98,14 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     options.eps = eps;
     options.gnorm_scale = gnormScale;
     options.block_size = blockSize;
-    st = with_aclnn_name(ApplyAdamWQuant::plan(var, g, m, v, qm, qv, am, av, options, &plan),
-                         "ApplyAdamWQuant");
+    ApplyAdamWQuantProblem problem;
+    st = ApplyAdamWQuantProblem::make(tensors, options, &problem);
+    if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+    if (st.ok()) st = ApplyAdamWQuant::plan(problem, options, &plan);
+    st = with_aclnn_name(st, "ApplyAdamWQuant");
   }
   std::unique_ptr<aclOpExecutor> ex;
-  if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, s);
+  if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s);
   return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
 }
 

@@ -1,6 +1,7 @@
-// fusekit internal: ApplyAdamWQuant's and AdamW's kernels and the nearest-code search tables. A
-// kernel is a pure function: it neither allocates nor reports errors; the plan has checked
-// everything (shapes, maps, step) before it runs.
+// fusekit internal: ApplyAdamWQuant's kernels and the nearest-code search tables. A kernel is a
+// pure function: it neither allocates nor reports errors; the implementation's run has checked
+// everything (shapes, maps, step) before it runs. The Adam update itself is common/adam_update.h
+// (shared with AdamW).
 #ifndef FUSEKIT_APPLY_ADAM_W_QUANT_APPLY_ADAM_W_QUANT_KERNELS_H_
 #define FUSEKIT_APPLY_ADAM_W_QUANT_APPLY_ADAM_W_QUANT_KERNELS_H_
 
@@ -8,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/adam_update.h"
 #include "fusekit/dtype.h"
 #include "fusekit/export.h"
 
@@ -45,11 +47,23 @@ struct QuantMapTables {
 
 // Bytes of one map's tables (aligned to 64), with or without the lookup table.
 FUSEKIT_API size_t quant_tables_bytes(bool with_lut);  // exported for the tests
+// Bytes of the search part alone (q, thr, first), at the start of the tables.
+inline constexpr size_t kQuantSearchBytes = 3072;
+// Bytes of the lookup part alone (packed or count table), after the search part.
+FUSEKIT_API size_t quant_lut_bytes();
 // Builds one map's tables in `mem` (quant_tables_bytes(with_lut) bytes, 64-aligned). `q` holds 256
 // ascending finite floats; `q_stride` is in elements. `for_m`: the sign fix applies if the map
-// holds negative values.
+// holds negative values. The same as build_quant_search then, with_lut, build_quant_lut on
+// mem + kQuantSearchBytes.
 FUSEKIT_API void build_quant_tables(const float *q, int64_t q_stride, bool for_m, bool with_lut,
                                     void *mem, QuantMapTables *out);
+// The search part (q, thr, first and the flags) in `mem` (kQuantSearchBytes, 64-aligned); no
+// lookup table.
+FUSEKIT_API void build_quant_search(const float *q, int64_t q_stride, bool for_m, void *mem,
+                                    QuantMapTables *out);
+// The lookup table of built search tables `t` in `mem` (quant_lut_bytes(), 64-aligned): sets
+// t->packed or t->lut (and t->refine_steps).
+FUSEKIT_API void build_quant_lut(QuantMapTables *t, void *mem);
 
 // The monotone key of a float: the order of keys is the order of the floats (-0 just below +0).
 inline uint32_t float_key(uint32_t bits) {
@@ -57,26 +71,6 @@ inline uint32_t float_key(uint32_t bits) {
 }
 inline uint32_t key_to_bits(uint32_t key) {
   return key ^ ((key >> 31) != 0 ? 0x80000000u : 0xffffffffu);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The Adam(W) update both operators share, with its scalars derived per step in float32 as CANN's
-// kernel does (t = step + 1; the plan computes them).
-// ---------------------------------------------------------------------------------------------
-struct AdamScalars {
-  float beta1, beta2, one_minus_beta1, one_minus_beta2, gnorm_scale, step_size, eps_c2s, decay;
-  bool apply_decay;  // weight decay > 0
-};
-
-// One element: m and v (dequantized, or the float32 moments) updated in place; returns the new
-// var. The float32 operations in the order of every kernel and of the NumPy golden; the project
-// builds with -ffp-contract=off, so none is fused.
-inline float adam_update(const AdamScalars &s, float grad, float *m, float *v, float w) {
-  const float g = grad * s.gnorm_scale;
-  *m = *m * s.beta1 + g * s.one_minus_beta1;
-  *v = *v * s.beta2 + (g * g) * s.one_minus_beta2;
-  w = w + (*m * s.step_size) / (std::sqrt(*v) + s.eps_c2s);
-  return s.apply_decay ? w * s.decay : w;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -94,39 +88,38 @@ struct AdamWQuantArgs : AdamScalars {
   int64_t n;  // elements from var[0]; block b covers [256 b, min(n, 256 (b + 1)))
   DType dtype;
   QuantMapTables map_m, map_v;
+  // Tables a kernel derives from map_m and map_v once per run (the AVX-512 VBMI kernel's register
+  // tables: adam_w_quant_prepare_avx512vbmi), or null: the kernel derives them on each call.
+  const void *prepared = nullptr;
 };
 
 // Updates blocks [begin, end). Returns the number of blocks skipped (non-finite gradient).
 using AdamWQuantBlocksFn = int64_t (*)(const AdamWQuantArgs &args, int64_t begin, int64_t end);
 
+// The plain scalar kernel (apply_adam_w_quant_reference.cc).
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin, int64_t end);
-AdamWQuantBlocksFn adam_w_quant_blocks_optimized();
-FUSEKIT_API const char *adam_w_quant_optimized_target();
-// Whether the optimized kernel, as dispatched now, reads the lookup tables (packed or count table);
-// the AVX-512 VBMI kernel does not, so phase two need not build them for it.
-bool adam_w_quant_optimized_uses_tables();
+
+// The generic Highway kernel (apply_adam_w_quant_hwy.cc), dispatched to the best target Highway
+// built that this CPU runs; it reads the lookup tables when they are built (else it searches by 8
+// branch-free steps).
+AdamWQuantBlocksFn adam_w_quant_blocks_hwy();
+FUSEKIT_API const char *adam_w_quant_hwy_target();  // exported for the tests
+
+// The AVX-512 VBMI kernel (apply_adam_w_quant_avx512vbmi.cc): the maps and the search tables in
+// registers, no gathers; reads no lookup table. Null when the library was built without an AVX-512
+// target; call it only where adam_w_quant_avx512vbmi_why_not() is null.
+AdamWQuantBlocksFn adam_w_quant_blocks_avx512vbmi();
+// Null when this CPU runs the VBMI kernel, else why not.
+const char *adam_w_quant_avx512vbmi_why_not();
+// Its register tables for two maps' search tables, built once per run into `out`
+// (kAdamWQuantPreparedBytes, 64-aligned) and passed as AdamWQuantArgs::prepared.
+inline constexpr size_t kAdamWQuantPreparedBytes = 12288;
+void adam_w_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v, void *out);
 
 // The reference search (also used to build the table): #{k : thr[k] <= x} over K - 1 thresholds.
 int quant_count_reference(const QuantMapTables &t, float x);
 // The full code of x, sign fix included (for m tables with sign_fix).
 FUSEKIT_API uint8_t quant_code_reference(const QuantMapTables &t, float x);
-
-// ---------------------------------------------------------------------------------------------
-// AdamW on float32 moments: elements [begin, end).
-// ---------------------------------------------------------------------------------------------
-struct AdamWArgs : AdamScalars {
-  void *var;
-  const void *grad;
-  float *m;
-  float *v;
-  DType dtype;
-};
-
-// Returns the number of elements skipped (non-finite gradient).
-using AdamWElementsFn = int64_t (*)(const AdamWArgs &args, int64_t begin, int64_t end);
-
-int64_t adam_w_elements_reference(const AdamWArgs &args, int64_t begin, int64_t end);
-AdamWElementsFn adam_w_elements_optimized();
 
 }  // namespace fusekit
 

@@ -45,6 +45,7 @@ std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed, int max_expo
 namespace {
 
 constexpr size_t kQOffset = 0, kThrOffset = 1024, kFirstOffset = 2048, kLutOffset = 3072;
+static_assert(kLutOffset == kQuantSearchBytes);
 
 // True when the upper of two bracketing values is strictly nearer to x (float32 distances).
 inline bool upper_wins(float lo, float hi, float x) {
@@ -70,7 +71,11 @@ float threshold_between(float lo, float hi) {
 }  // namespace
 
 size_t quant_tables_bytes(bool with_lut) {
-  return with_lut ? (kLutOffset + kLutBuckets * sizeof(uint32_t) + 64 + 63) / 64 * 64 : kLutOffset;
+  return with_lut ? kLutOffset + quant_lut_bytes() : kLutOffset;
+}
+
+size_t quant_lut_bytes() {
+  return (kLutBuckets * sizeof(uint32_t) + 64 + 63) / 64 * 64;
 }
 
 int quant_count_reference(const QuantMapTables &t, float x) {
@@ -96,11 +101,19 @@ uint8_t quant_code_reference(const QuantMapTables &t, float x) {
 
 void build_quant_tables(const float *q_in, int64_t q_stride, bool for_m, bool with_lut, void *mem,
                         QuantMapTables *out) {
+  build_quant_search(q_in, q_stride, for_m, mem, out);
+  if (with_lut) build_quant_lut(out, static_cast<char *>(mem) + kLutOffset);
+}
+
+void build_quant_search(const float *q_in, int64_t q_stride, bool for_m, void *mem,
+                        QuantMapTables *out) {
   auto *base = static_cast<char *>(mem);
   auto *q = reinterpret_cast<float *>(base + kQOffset);
   auto *thr = reinterpret_cast<float *>(base + kThrOffset);
   auto *first = reinterpret_cast<int32_t *>(base + kFirstOffset);
-  for (int i = 0; i < kQuantMapSize; ++i) q[i] = q_in[i * q_stride];
+  if (q != q_in || q_stride != 1) {
+    for (int i = 0; i < kQuantMapSize; ++i) q[i] = q_in[i * q_stride];
+  }
 
   // Distinct values (float equality: -0 and +0 are one value), their first indices, thresholds.
   int k = 0;
@@ -131,48 +144,57 @@ void build_quant_tables(const float *q_in, int64_t q_stride, bool for_m, bool wi
     const float q_neg = q[first[quant_count_reference(t, -tiny)]];
     t.sign_fix = q_pos < 0.0f || q_neg > 0.0f;
   }
-  if (with_lut) {
-    // Thresholds per bucket (a threshold of -0 would sit in the negative bucket 0x7fff; x is never
-    // -0 there, so it belongs with +0 in bucket 0x8000, low bits 0).
-    auto bucket_key = [](float f) {
-      const uint32_t key = float_key(std::bit_cast<uint32_t>(f));
-      return key == 0x7fffffffu ? 0x80000000u : key;
-    };
-    bool packable = !t.sign_fix;
-    for (int c = 1; packable && c < distinct - 1; ++c) {
-      packable = (bucket_key(thr[c]) >> 16) != (bucket_key(thr[c - 1]) >> 16);
-    }
-    if (packable) {
-      auto *packed = reinterpret_cast<uint32_t *>(base + kLutOffset);
-      int c = 0;
-      for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
-        // c: the count below this bucket; a threshold inside it moves the code at its low bits.
-        const uint32_t below = static_cast<uint32_t>(first[c]);
-        if (c < distinct - 1 && (bucket_key(thr[c]) >> 16) == b) {
-          const uint32_t low = bucket_key(thr[c]) & 0xffffu;
-          packed[b] = below | static_cast<uint32_t>(first[c + 1]) << 8 | low << 16;
-          ++c;
-        } else {
-          packed[b] = below | below << 8;
-        }
-      }
-      t.packed = packed;
-    } else {
-      auto *lut = reinterpret_cast<uint8_t *>(base + kLutOffset);
-      int c = 0, widest = 0;
-      for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
-        const float x = std::bit_cast<float>(key_to_bits(b << 16));
-        while (c < distinct - 1 && x >= thr[c]) ++c;
-        lut[b] = static_cast<uint8_t>(c);
-        if (b > 0) widest = std::max(widest, c - lut[b - 1]);
-      }
-      // The last bucket holds +Inf and NaNs only; past it, padding for 4-byte gathers.
-      std::memset(lut + kLutBuckets, 0, 64);
-      t.lut = lut;
-      t.refine_steps = widest;
-    }
-  }
   *out = t;
+}
+
+void build_quant_lut(QuantMapTables *out, void *mem) {
+  QuantMapTables &t = *out;
+  const float *thr = t.thr;
+  const int32_t *first = t.first;
+  const int distinct = t.distinct;
+  auto *base = static_cast<char *>(mem);
+  t.packed = nullptr;
+  t.lut = nullptr;
+  t.refine_steps = 0;
+  // Thresholds per bucket (a threshold of -0 would sit in the negative bucket 0x7fff; x is never
+  // -0 there, so it belongs with +0 in bucket 0x8000, low bits 0).
+  auto bucket_key = [](float f) {
+    const uint32_t key = float_key(std::bit_cast<uint32_t>(f));
+    return key == 0x7fffffffu ? 0x80000000u : key;
+  };
+  bool packable = !t.sign_fix;
+  for (int c = 1; packable && c < distinct - 1; ++c) {
+    packable = (bucket_key(thr[c]) >> 16) != (bucket_key(thr[c - 1]) >> 16);
+  }
+  if (packable) {
+    auto *packed = reinterpret_cast<uint32_t *>(base);
+    int c = 0;
+    for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
+      // c: the count below this bucket; a threshold inside it moves the code at its low bits.
+      const uint32_t below = static_cast<uint32_t>(first[c]);
+      if (c < distinct - 1 && (bucket_key(thr[c]) >> 16) == b) {
+        const uint32_t low = bucket_key(thr[c]) & 0xffffu;
+        packed[b] = below | static_cast<uint32_t>(first[c + 1]) << 8 | low << 16;
+        ++c;
+      } else {
+        packed[b] = below | below << 8;
+      }
+    }
+    t.packed = packed;
+  } else {
+    auto *lut = reinterpret_cast<uint8_t *>(base);
+    int c = 0, widest = 0;
+    for (uint32_t b = 0; b < static_cast<uint32_t>(kLutBuckets); ++b) {
+      const float x = std::bit_cast<float>(key_to_bits(b << 16));
+      while (c < distinct - 1 && x >= thr[c]) ++c;
+      lut[b] = static_cast<uint8_t>(c);
+      if (b > 0) widest = std::max(widest, c - lut[b - 1]);
+    }
+    // The last bucket holds +Inf and NaNs only; past it, padding for 4-byte gathers.
+    std::memset(lut + kLutBuckets, 0, 64);
+    t.lut = lut;
+    t.refine_steps = widest;
+  }
 }
 
 }  // namespace fusekit

@@ -1,19 +1,23 @@
-// ApplyAdamWQuant and AdamW: every expected value comes from the oracle below, a plain float32
-// scalar implementation of spec/apply_adam_w_quant.md written independently of the library: the
-// nearest code by std::lower_bound over the map and a float32 comparison of the two bracketing
-// distances (no thresholds, no tables), 16-bit conversions by _Float16 and by integer rounding
-// written here. The spec fixes every float32 operation, so var and absmax must match bit for bit
-// and codes exactly, on every SIMD target, kernel, search method and thread count.
+// ApplyAdamWQuant: every expected value comes from the oracle below, a plain float32 scalar
+// implementation of spec/apply_adam_w_quant.md written independently of the library: the nearest
+// code by std::lower_bound over the map and a float32 comparison of the two bracketing distances
+// (no thresholds, no tables), 16-bit conversions by _Float16 and by integer rounding written here.
+// The spec fixes every float32 operation, so var and absmax must match bit for bit and codes
+// exactly, for every implementation this machine runs (cpu_avx512vbmi, cpu_hwy on every SIMD
+// target, cpu_reference), search method and thread count. AdamW has its own tests (tests/adam_w).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "acl/acl.h"
@@ -26,11 +30,12 @@
 
 namespace {
 
-using fusekit::AdamWOptions;
-using fusekit::AdamWStats;
 using fusekit::ApplyAdamWQuant;
 using fusekit::ApplyAdamWQuantOptions;
+using fusekit::ApplyAdamWQuantProblem;
+using fusekit::ApplyAdamWQuantScalars;
 using fusekit::ApplyAdamWQuantStats;
+using fusekit::ApplyAdamWQuantTensors;
 using fusekit::DType;
 using fusekit::KernelChoice;
 using fusekit::QuantSearch;
@@ -42,12 +47,42 @@ using fusekit::testing::uniform;
 using Map = std::array<float, 256>;
 
 // ---- independent 16-bit conversions ----------------------------------------------------------
-float widen(DType t, uint16_t bits) {
-  if (t == DType::kBFloat16) return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+#ifdef __FLT16_MAX__  // the compiler's _Float16 (GCC 12, clang 15 and later)
+float half_to_float(uint16_t bits) {
   return static_cast<float>(std::bit_cast<_Float16>(bits));
 }
+uint16_t float_to_half(float f) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+}
+#else  // in double arithmetic, rounding by std::nearbyint (to nearest, ties to even)
+float half_to_float(uint16_t bits) {
+  const int e = (bits >> 10) & 31, mant = bits & 1023;
+  const double mag = e == 31  ? (mant != 0 ? std::nan("") : INFINITY)
+                     : e == 0 ? std::ldexp(mant, -24)
+                              : std::ldexp(1024 + mant, e - 25);
+  return static_cast<float>((bits & 0x8000) != 0 ? -mag : mag);
+}
+uint16_t float_to_half(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (std::isnan(f))
+    return static_cast<uint16_t>(sign | 0x7e00 | ((std::bit_cast<uint32_t>(f) >> 13) & 0x3ff));
+  if (a >= 65520.0) return static_cast<uint16_t>(sign | 0x7c00);
+  if (a == 0.0) return sign;
+  const int e = std::max(std::ilogb(a == 0 ? 1.0 : a), -14);  // the binade, subnormals at -14
+  const auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, 10 - e)));  // <= 2048
+  // q in [1024, 2048] for normals (2048: rounded up into the next binade), < 1024 subnormal.
+  const uint32_t bits = q < 1024 && e == -14 ? q : static_cast<uint32_t>((e + 15) << 10) + q - 1024;
+  return static_cast<uint16_t>(sign | bits);
+}
+#endif
+
+float widen(DType t, uint16_t bits) {
+  if (t == DType::kBFloat16) return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  return half_to_float(bits);
+}
 uint16_t narrow(DType t, float f) {
-  if (t == DType::kFloat16) return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+  if (t == DType::kFloat16) return float_to_half(f);
   const uint32_t x = std::bit_cast<uint32_t>(f);
   if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
   uint32_t upper = x >> 16;
@@ -251,6 +286,72 @@ Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o,
       h.step, o, stats);
 }
 
+ApplyAdamWQuantTensors tensors_of(State &s) {
+  const auto n = static_cast<int64_t>(s.var.size());
+  const auto blocks = static_cast<int64_t>(s.absmax_m.size());
+  return {s.var.view(),
+          s.grad.view(),
+          TensorView::of(s.m.data(), {n}),
+          TensorView::of(s.v.data(), {n}),
+          TensorView::of(s.qm.data(), {256}),
+          TensorView::of(s.qv.data(), {256}),
+          TensorView::of(s.absmax_m.data(), {blocks}),
+          TensorView::of(s.absmax_v.data(), {blocks})};
+}
+
+// Whether this machine runs the implementation (planned for a small problem by name).
+bool supported(const std::string &name) {
+  std::vector<float> var(10), grad(10), am(1), av(1), q(256);
+  std::vector<uint8_t> m(10), v(10);
+  const ApplyAdamWQuantTensors t{
+      TensorView::of(var.data(), {10}), TensorView::of(grad.data(), {10}),
+      TensorView::of(m.data(), {10}),   TensorView::of(v.data(), {10}),
+      TensorView::of(q.data(), {256}),  TensorView::of(q.data(), {256}),
+      TensorView::of(am.data(), {1}),   TensorView::of(av.data(), {1})};
+  ApplyAdamWQuantOptions o;
+  o.implementation = name.c_str();
+  ApplyAdamWQuantProblem problem;
+  EXPECT_TRUE(ApplyAdamWQuantProblem::make(t, o, &problem).ok());
+  ApplyAdamWQuant plan;
+  const Status st = ApplyAdamWQuant::plan(problem, o, &plan);
+  EXPECT_TRUE(st.ok() || st.code() == StatusCode::kNoImplementation) << st.message();
+  return st.ok();
+}
+
+// One way to run the step: an implementation this machine supports, and for cpu_hwy each search
+// method (the others ignore it).
+struct Way {
+  std::string impl;
+  QuantSearch search;
+};
+const std::vector<Way> &ways() {
+  static const std::vector<Way> all = [] {
+    std::vector<Way> w;
+    for (const std::string &name : ApplyAdamWQuant::implementations()) {
+      if (!supported(name)) continue;
+      if (name == "cpu_hwy") {
+        w.push_back({name, QuantSearch::kTable});
+        w.push_back({name, QuantSearch::kBinarySearch});
+      } else {
+        w.push_back({name, QuantSearch::kAuto});
+      }
+    }
+    return w;
+  }();
+  return all;
+}
+std::string way_name(const Way &w) {
+  return w.impl + (w.search == QuantSearch::kTable          ? "/table"
+                   : w.search == QuantSearch::kBinarySearch ? "/binary_search"
+                                                            : "");
+}
+ApplyAdamWQuantOptions options_of(const Hyper &h, const Way &w) {
+  ApplyAdamWQuantOptions o = options_of(h);
+  o.implementation = w.impl.c_str();
+  o.search = w.search;
+  return o;
+}
+
 // Bitwise var and absmax, exact codes (the spec's one-step allowance is never needed here: both
 // sides perform the same float32 operations).
 void expect_same(const State &got, const State &want) {
@@ -363,17 +464,10 @@ void check_case(const Case &c, uint64_t salt) {
   const State start = make_state(salt, c.dtype, c.n, qm, qv);
   State want = start;
   const int64_t want_skipped = oracle_step(want, c.h);
-  const std::pair<KernelChoice, QuantSearch> ways[] = {
-      {KernelChoice::kReference, QuantSearch::kAuto},
-      {KernelChoice::kOptimized, QuantSearch::kTable},
-      {KernelChoice::kOptimized, QuantSearch::kBinarySearch}};
-  for (const auto &[kernel, search] : ways) {
-    SCOPED_TRACE(testing::Message() << "kernel " << static_cast<int>(kernel) << " search "
-                                    << static_cast<int>(search));
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
     State got = start;
-    ApplyAdamWQuantOptions o = options_of(c.h);
-    o.kernel = kernel;
-    o.search = search;
+    const ApplyAdamWQuantOptions o = options_of(c.h, w);
     ApplyAdamWQuantStats stats;
     ASSERT_TRUE(run_api(got, c.h, o, &stats).ok());
     EXPECT_EQ(stats.blocks_skipped_nonfinite, want_skipped);
@@ -449,13 +543,25 @@ TEST(Step, ThreeMillionElements) {
                   TensorView::of(start.absmax_m.data(), {B}),
                   TensorView::of(start.absmax_v.data(), {B}), o, &plan)
                   .ok());
-  EXPECT_TRUE(plan.uses_table());
+  // Only the generic kernel reads the lookup tables (the default on this size); the VBMI one keeps
+  // its searches in registers.
+  EXPECT_EQ(plan.uses_table(), std::string(plan.implementation()) == "cpu_hwy");
+  State got = start;
   std::vector<char> ws(plan.workspace_size());
-  ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());
+  ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());  // on the tensors of `start`
   expect_same(start, want);
+  for (const Way &w : ways()) {  // and every implementation (cpu_hwy: the table by default here)
+    SCOPED_TRACE(way_name(w));
+    State g = got;
+    ApplyAdamWQuantOptions ow = options_of(h, w);
+    ow.search = QuantSearch::kAuto;
+    ASSERT_TRUE(run_api(g, h, ow).ok());
+    expect_same(g, want);
+  }
 }
 
-// Every SIMD target Highway built and this CPU runs, both search methods, bitwise with the oracle.
+// cpu_hwy on every SIMD target Highway built and this CPU runs (generic AVX-512 included, also on
+// a CPU with VBMI), both search methods, bitwise with the oracle.
 TEST(Step, EverySimdTarget) {
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     SCOPED_TRACE(fusekit::dtype_name(t));
@@ -467,13 +573,13 @@ TEST(Step, EverySimdTarget) {
     h.gnorm = 0.7;
     oracle_step(want, h);
     fusekit::testing::for_each_simd_target([&](const char *target) {
-      EXPECT_STREQ(fusekit::adam_w_quant_optimized_target(), target);
+      EXPECT_STREQ(fusekit::adam_w_quant_hwy_target(), target);
       for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
         State got = start;
-        ApplyAdamWQuantOptions o = options_of(h);
-        o.kernel = KernelChoice::kOptimized;
-        o.search = s;
-        ASSERT_TRUE(run_api(got, h, o).ok());
+        const Way w{"cpu_hwy", s};  // named: the options point at its name
+        ApplyAdamWQuantOptions o = options_of(h, w);
+        ApplyAdamWQuantStats stats;
+        ASSERT_TRUE(run_api(got, h, o, &stats).ok());
         expect_same(got, want);
       }
     });
@@ -486,13 +592,16 @@ TEST(Step, ThreadCountsAreBitwiseEqual) {
   State want = start;
   Hyper h;
   oracle_step(want, h);
-  for (int threads : {1, 2, 4}) {
-    SCOPED_TRACE(threads);
-    State got = start;
-    ApplyAdamWQuantOptions o = options_of(h);
-    o.num_threads = threads;
-    ASSERT_TRUE(run_api(got, h, o).ok());
-    expect_same(got, want);
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    for (int threads : {1, 2, 4}) {
+      SCOPED_TRACE(threads);
+      State got = start;
+      ApplyAdamWQuantOptions o = options_of(h, w);
+      o.num_threads = threads;
+      ASSERT_TRUE(run_api(got, h, o).ok());
+      expect_same(got, want);
+    }
   }
 }
 
@@ -506,11 +615,10 @@ TEST(Step, UnusualMapsSignFixAndDuplicates) {
   State want = start;
   Hyper h;
   oracle_step(want, h);
-  for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
     State got = start;
-    ApplyAdamWQuantOptions o = options_of(h);
-    o.search = s;
-    ASSERT_TRUE(run_api(got, h, o).ok());
+    ASSERT_TRUE(run_api(got, h, options_of(h, w)).ok());
     expect_same(got, want);
   }
 }
@@ -548,10 +656,10 @@ TEST(Step, NonFiniteBlocksAreLeftBitForBit) {
     State want = start;
     Hyper h;
     EXPECT_EQ(oracle_step(want, h), 3);
-    for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+    for (const Way &w : ways()) {
+      SCOPED_TRACE(way_name(w));
       State got = start;
-      ApplyAdamWQuantOptions o = options_of(h);
-      o.kernel = k;
+      const ApplyAdamWQuantOptions o = options_of(h, w);
       ApplyAdamWQuantStats stats;
       ASSERT_TRUE(run_api(got, h, o, &stats).ok());
       EXPECT_EQ(stats.blocks_skipped_nonfinite, 3);
@@ -600,11 +708,10 @@ TEST(Step, SixteenBitStoresRoundHalfToEven) {
     }
     State want = s;
     oracle_step(want, h);
-    for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+    for (const Way &w : ways()) {
+      SCOPED_TRACE(way_name(w));
       State got = s;
-      ApplyAdamWQuantOptions o = options_of(h);
-      o.kernel = k;
-      ASSERT_TRUE(run_api(got, h, o).ok());
+      ASSERT_TRUE(run_api(got, h, options_of(h, w)).ok());
       expect_same(got, want);
     }
   }
@@ -615,7 +722,8 @@ TEST(Step, SixteenBitStoresRoundHalfToEven) {
   const double lrs[] = {0.494140625, 0.5001220703125};
   const uint16_t expected[] = {0x3f82, 0x4780};
   for (int k = 0; k < 2; ++k) {
-    for (KernelChoice kernel : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+    for (const Way &w : ways()) {
+      SCOPED_TRACE(way_name(w));
       State s;
       s.var = FloatBuf(DType::kBFloat16, std::vector<float>(300, starts[k]));
       s.grad = FloatBuf(DType::kBFloat16, std::vector<float>(300, 0.0f));
@@ -628,9 +736,7 @@ TEST(Step, SixteenBitStoresRoundHalfToEven) {
       Hyper h;
       h.lr = lrs[k];
       h.wd = 1.0;
-      ApplyAdamWQuantOptions o = options_of(h);
-      o.kernel = kernel;
-      ASSERT_TRUE(run_api(s, h, o).ok());
+      ASSERT_TRUE(run_api(s, h, options_of(h, w)).ok());
       for (size_t i = 0; i < 300; ++i) ASSERT_EQ(s.var.h[i], expected[k]) << i;
     }
   }
@@ -645,43 +751,48 @@ TEST(Step, StridedViews) {
   State want = dense;
   Hyper h;
   oracle_step(want, h);
-  // Scatter the dense tensors into padded storage.
-  std::vector<float> var(static_cast<size_t>(rows * stride), 7.0f), grad(var.size(), 7.0f);
-  std::vector<uint8_t> m(var.size(), 9), v(var.size(), 9);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const auto d = static_cast<size_t>(r * cols + c), sidx = static_cast<size_t>(r * stride + c);
-      var[sidx] = dense.var.f32[d];
-      grad[sidx] = dense.grad.f32[d];
-      m[sidx] = dense.m[d];
-      v[sidx] = dense.v[d];
-    }
-  }
-  State got = dense;
-  const auto B = static_cast<int64_t>(got.absmax_m.size());
-  ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
-                  TensorView::strided(var.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
-                  TensorView::strided(grad.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
-                  TensorView::strided(m.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
-                  TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
-                  TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
-                  TensorView::of(got.absmax_m.data(), {B}),
-                  TensorView::of(got.absmax_v.data(), {B}), h.step, options_of(h))
-                  .ok());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < stride; ++c) {
-      const auto d = static_cast<size_t>(r * cols + c), sidx = static_cast<size_t>(r * stride + c);
-      if (c >= cols) {
-        ASSERT_EQ(var[sidx], 7.0f);
-        ASSERT_EQ(m[sidx], 9);
-        continue;
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    // Scatter the dense tensors into padded storage.
+    std::vector<float> var(static_cast<size_t>(rows * stride), 7.0f), grad(var.size(), 7.0f);
+    std::vector<uint8_t> m(var.size(), 9), v(var.size(), 9);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto d = static_cast<size_t>(r * cols + c),
+                   sidx = static_cast<size_t>(r * stride + c);
+        var[sidx] = dense.var.f32[d];
+        grad[sidx] = dense.grad.f32[d];
+        m[sidx] = dense.m[d];
+        v[sidx] = dense.v[d];
       }
-      got.var.f32[d] = var[sidx];
-      got.m[d] = m[sidx];
-      got.v[d] = v[sidx];
     }
+    State got = dense;
+    const auto B = static_cast<int64_t>(got.absmax_m.size());
+    ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
+                    TensorView::strided(var.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
+                    TensorView::strided(grad.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
+                    TensorView::strided(m.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
+                    TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
+                    TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
+                    TensorView::of(got.absmax_m.data(), {B}),
+                    TensorView::of(got.absmax_v.data(), {B}), h.step, options_of(h, w))
+                    .ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < stride; ++c) {
+        const auto d = static_cast<size_t>(r * cols + c),
+                   sidx = static_cast<size_t>(r * stride + c);
+        if (c >= cols) {
+          ASSERT_EQ(var[sidx], 7.0f);
+          ASSERT_EQ(m[sidx], 9);
+          continue;
+        }
+        got.var.f32[d] = var[sidx];
+        got.m[d] = m[sidx];
+        got.v[d] = v[sidx];
+      }
+    }
+    expect_same(got, want);
   }
-  expect_same(got, want);
 }
 
 // Normalized values on and around every decision point, through the kernels: beta1 = beta2 = 0
@@ -719,12 +830,10 @@ TEST(Step, CodesAroundEveryMidpoint) {
   h.beta2 = 0.0;
   State want = start;
   oracle_step(want, h);
-  for (QuantSearch search : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
     State got = start;
-    ApplyAdamWQuantOptions o = options_of(h);
-    o.kernel = KernelChoice::kOptimized;
-    o.search = search;
-    ASSERT_TRUE(run_api(got, h, o).ok());
+    ASSERT_TRUE(run_api(got, h, options_of(h, w)).ok());
     expect_same(got, want);
   }
 }
@@ -752,12 +861,12 @@ TEST(Step, TransposedViews) {
     }
   }
   const auto B = static_cast<int64_t>(dense.absmax_m.size());
-  for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
     std::vector<uint16_t> var_k = var;
     std::vector<uint8_t> m_k = m, v_k = v;
     State g2 = dense;
-    ApplyAdamWQuantOptions o = options_of(h);
-    o.kernel = k;
+    const ApplyAdamWQuantOptions o = options_of(h, w);
     ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
                     TensorView::strided(var_k.data(), DType::kBFloat16, {rows, cols}, {1, rows}),
                     TensorView::strided(grad.data(), DType::kBFloat16, {rows, cols}, {1, rows}),
@@ -1001,69 +1110,342 @@ TEST(Refusals, CppApiChecks) {
 }
 
 // ================================================================================================
-// AdamW (float32 moments)
+// The implementation list and the plan: problem, plan, bind and run
 // ================================================================================================
-TEST(AdamW, MatchesOracleOnEveryDtypeKernelAndThreadCount) {
-  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    SCOPED_TRACE(fusekit::dtype_name(t));
-    const size_t n = 10007;
-    auto rng = rng_for(30);
-    FloatBuf var0(t, uniform(rng, n, -1, 1)), grad(t, uniform(rng, n, -1, 1));
-    grad.set(5, std::numeric_limits<float>::quiet_NaN());
-    std::vector<float> m0 = uniform(rng, n, -0.1f, 0.1f), v0 = uniform(rng, n, 0.f, 0.01f);
-    Hyper h;
-    h.wd = 0.01;
-    h.gnorm = 0.9;
-    h.step = 41;
-    const Scal s = scalars(h);
-    FloatBuf want_var = var0;
-    std::vector<float> want_m = m0, want_v = v0;
-    for (size_t i = 0; i < n; ++i) {
-      const float gr = grad.get(i);
-      if (!std::isfinite(gr)) continue;
-      const float g = gr * s.gs;
-      want_m[i] = m0[i] * s.b1 + g * s.omb1;
-      want_v[i] = v0[i] * s.b2 + (g * g) * s.omb2;
-      float w = var0.get(i) + (want_m[i] * s.step_size) / (std::sqrt(want_v[i]) + s.eps_c2s);
-      if (s.apply_decay) w = w * s.decay;
-      want_var.set(i, w);
-    }
-    for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kOptimized}) {
-      for (int threads : {1, 2, 4}) {
-        FloatBuf var = var0;
-        std::vector<float> m = m0, v = v0;
-        AdamWOptions o;
-        o.lr = h.lr;
-        o.weight_decay = h.wd;
-        o.gnorm_scale = h.gnorm;
-        o.kernel = k;
-        o.num_threads = threads;
-        AdamWStats stats;
-        const auto N = static_cast<int64_t>(n);
-        ASSERT_TRUE(fusekit::adam_w_step(var.view(), grad.view(), TensorView::of(m.data(), {N}),
-                                         TensorView::of(v.data(), {N}), h.step, o, &stats)
-                        .ok());
-        EXPECT_EQ(stats.elements_skipped_nonfinite, 1);
-        for (size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(var.bits(i), want_var.bits(i)) << i;
-          ASSERT_TRUE(fusekit::testing::bits_equal(m[i], want_m[i])) << i;
-          ASSERT_TRUE(fusekit::testing::bits_equal(v[i], want_v[i])) << i;
-        }
-      }
+TEST(ApplyAdamWQuantPlan, TheImplementationListAndWhatThisMachineRuns) {
+  EXPECT_EQ(ApplyAdamWQuant::implementations(),
+            (std::vector<std::string>{"cpu_avx512vbmi", "cpu_hwy", "cpu_reference"}));
+  EXPECT_TRUE(supported("cpu_hwy"));
+  EXPECT_TRUE(supported("cpu_reference"));
+#if defined(__x86_64__)
+  // Where the CPU has VBMI its kernel must be tested, not skipped.
+  const bool vbmi = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512vbmi");
+  EXPECT_EQ(supported("cpu_avx512vbmi"), vbmi);
+#endif
+  // The plan takes the first supported one.
+  State s = make_state(400, DType::kFloat32, 300, fusekit::create_dynamic_map(true),
+                       fusekit::create_dynamic_map(false));
+  ApplyAdamWQuantProblem problem;
+  ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(s), {}, &problem).ok());
+  ApplyAdamWQuant plan;
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, {}, &plan).ok());
+  EXPECT_EQ(plan.implementation(), ways().front().impl);
+}
+
+// One plan, many runs: each with new tensors (new pointers) and new data, the maps alternating
+// between the dynamic and the linspace maps; each run equals a fresh one-call step bit for bit.
+TEST(ApplyAdamWQuantPlan, OnePlanManyRunsEqualFreshCalls) {
+  const size_t n = 256 * 5 + 77;
+  Hyper h;
+  h.wd = 0.01;
+  h.gnorm = 0.8;
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    const ApplyAdamWQuantOptions o = options_of(h, w);
+    State first = make_state(401, DType::kBFloat16, n, fusekit::create_dynamic_map(true),
+                             fusekit::create_dynamic_map(false));
+    ApplyAdamWQuantProblem problem;
+    ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(first), o, &problem).ok());
+    ApplyAdamWQuant plan;
+    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+    EXPECT_EQ(plan.implementation(), w.impl);
+    std::vector<char> ws(plan.workspace_size());
+    for (int k = 0; k < 6; ++k) {
+      SCOPED_TRACE(k);
+      const bool linspace = k % 2 == 1;
+      const auto start = std::make_unique<State>(
+          make_state(410 + static_cast<uint64_t>(k), DType::kBFloat16, n,
+                     linspace ? linspace_map(-1, 1) : fusekit::create_dynamic_map(true),
+                     linspace ? linspace_map(0, 1) : fusekit::create_dynamic_map(false)));
+      auto got = std::make_unique<State>(*start);
+      State fresh = *start, want = *start;
+      Hyper hk = h;
+      hk.step = 3 * k + 1;
+      ApplyAdamWQuantScalars sc;
+      sc.step = hk.step;
+      ApplyAdamWQuantStats stats;
+      ASSERT_TRUE(plan.run(tensors_of(*got), sc, ws.data(), ws.size(), &stats).ok());
+      EXPECT_EQ(stats.blocks_updated, 6);
+      ASSERT_TRUE(run_api(fresh, hk, o).ok());
+      expect_same(*got, fresh);
+      oracle_step(want, hk);
+      expect_same(*got, want);
     }
   }
 }
 
-TEST(AdamW, Refusals) {
-  std::vector<float> var(100), grad(100), m(100), v(50);
-  Status st =
-      fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
-                           TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0);
+// The search tables a thread keeps are used only for a map with the same bits: a map changed in
+// place (same pointer) between two runs is seen, and a map made invalid is refused.
+TEST(ApplyAdamWQuantPlan, AMapChangedInPlaceBetweenRunsIsSeen) {
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    Hyper h;
+    State s = make_state(420, DType::kFloat32, 1000, fusekit::create_dynamic_map(true),
+                         fusekit::create_dynamic_map(false));
+    const auto N = static_cast<int64_t>(s.var.size()), B = static_cast<int64_t>(s.absmax_m.size());
+    ApplyAdamWQuant plan;
+    ASSERT_TRUE(ApplyAdamWQuant::plan(
+                    s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {N}),
+                    TensorView::of(s.v.data(), {N}), TensorView::of(s.qm.data(), {256}),
+                    TensorView::of(s.qv.data(), {256}), TensorView::of(s.absmax_m.data(), {B}),
+                    TensorView::of(s.absmax_v.data(), {B}), options_of(h, w), &plan)
+                    .ok());
+    std::vector<char> ws(plan.workspace_size());
+    State want = s;
+    oracle_step(want, h);
+    ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());
+    expect_same(s, want);
+    // Move two entries of each map (still ascending), in place.
+    for (Map *q : {&s.qm, &s.qv}) {
+      (*q)[200] = ((*q)[199] + (*q)[200]) / 2;
+      (*q)[60] = ((*q)[60] + (*q)[61]) / 2;
+    }
+    want = s;
+    h.step = 11;
+    oracle_step(want, h);
+    ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());
+    expect_same(s, want);
+    // A map that is no longer ascending: refused, nothing written.
+    std::swap(s.qv[40], s.qv[41]);
+    const State before = s;
+    const Status st = plan.run(12, ws.data(), ws.size());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("qmapV[41]"), std::string::npos) << st.message();
+    expect_same(s, before);
+  }
+}
+
+TEST(ApplyAdamWQuantPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    Hyper h;
+    State s = make_state(430, DType::kFloat32, 600, fusekit::create_dynamic_map(true),
+                         fusekit::create_dynamic_map(false));
+    const ApplyAdamWQuantOptions o = options_of(h, w);
+    ApplyAdamWQuantProblem problem;
+    ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(s), o, &problem).ok());
+    ApplyAdamWQuant plan;
+    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+    std::vector<char> ws(plan.workspace_size());
+    const State before = s;
+    // Other storage, poisoned: must stay as it is.
+    std::vector<uint16_t> half(600, 0x7fa5);
+    std::vector<float> wide(1200, fusekit::testing::poison_float());
+    std::vector<uint8_t> codes(1200, 0xa5);
+    Map unordered = s.qm;
+    std::swap(unordered[40], unordered[41]);
+    struct Binding {
+      const char *what, *fragment;
+      ApplyAdamWQuantTensors t;
+      ApplyAdamWQuantScalars sc;
+    };
+    std::vector<Binding> cases;
+    const ApplyAdamWQuantTensors t = tensors_of(s);
+    const ApplyAdamWQuantScalars sc{10, {}};
+    cases.push_back({"var of another dtype", "varRef is bfloat16", t, sc});
+    cases.back().t.var = TensorView::contiguous(half.data(), DType::kBFloat16, {600});
+    cases.push_back({"var of another shape", "varRef is float32 [2, 300]", t, sc});
+    cases.back().t.var = TensorView::of(wide.data(), {2, 300});
+    cases.push_back({"m with another stride", "mRef", t, sc});
+    cases.back().t.m = TensorView::strided(codes.data(), DType::kUInt8, {600}, {2});
+    cases.push_back({"a map with another stride", "qmapM", t, sc});
+    cases.back().t.qmap_m = TensorView::strided(wide.data(), DType::kFloat32, {256}, {2});
+    cases.push_back({"absmax of another length", "absmaxVRef", t, sc});
+    cases.back().t.absmax_v = TensorView::of(wide.data(), {2});
+    cases.push_back({"null data", "grad has no data", t, sc});
+    cases.back().t.grad.data = nullptr;
+    cases.push_back({"m aliasing v", "mRef and vRef overlap", t, sc});
+    cases.back().t.m = t.v;
+    cases.push_back({"another device", "varRef", t, sc});
+    cases.back().t.var.device = fusekit::Device::kCuda;
+    cases.push_back({"a step tensor of another dtype", "step must be one int64", t, sc});
+    cases.back().sc.step_tensor = TensorView::of(codes.data(), {1});
+    cases.push_back({"a step out of range", "step = -1", t, sc});
+    cases.back().sc.step = -1;
+    cases.push_back({"a map out of order", "qmapM[41]", t, sc});
+    cases.back().t.qmap_m = TensorView::of(unordered.data(), {256});
+    for (const Binding &c : cases) {
+      SCOPED_TRACE(c.what);
+      const Status st = plan.run(c.t, c.sc, ws.data(), ws.size());
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.message().find(c.fragment), std::string::npos) << st.message();
+      expect_same(s, before);
+      EXPECT_TRUE(std::all_of(half.begin(), half.end(), [](uint16_t x) { return x == 0x7fa5; }));
+      EXPECT_TRUE(std::all_of(wide.begin(), wide.end(), fusekit::testing::is_poison));
+      EXPECT_TRUE(std::all_of(codes.begin(), codes.end(), [](uint8_t x) { return x == 0xa5; }));
+    }
+    // A workspace that is too small.
+    if (plan.workspace_size() > 0) {
+      EXPECT_EQ(plan.run(t, sc, ws.data(), ws.size() - 1).code(), StatusCode::kInvalidArgument);
+      expect_same(s, before);
+    }
+    // The same plan still runs on the right tensors afterwards.
+    ASSERT_TRUE(plan.run(t, sc, ws.data(), ws.size()).ok());
+    State want = before;
+    h.step = 10;
+    oracle_step(want, h);
+    expect_same(s, want);
+  }
+}
+
+TEST(ApplyAdamWQuantPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
+  State s = make_state(440, DType::kFloat32, 300, fusekit::create_dynamic_map(true),
+                       fusekit::create_dynamic_map(false));
+  ApplyAdamWQuantTensors t = tensors_of(s);
+  for (TensorView *x :
+       {&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v}) {
+    x->device = fusekit::Device::kCuda;
+  }
+  ApplyAdamWQuantProblem problem;
+  ASSERT_TRUE(ApplyAdamWQuantProblem::make(t, {}, &problem).ok());  // a valid problem
+  ApplyAdamWQuant plan;
+  Status st = ApplyAdamWQuant::plan(problem, {}, &plan);
+  EXPECT_EQ(st.code(), StatusCode::kNoImplementation);
+  EXPECT_NE(st.message().find("cpu_reference"), std::string::npos) << st.message();
+  ApplyAdamWQuantOptions o;
+  o.implementation = "cpu_hwy";
+  EXPECT_EQ(ApplyAdamWQuant::plan(problem, o, &plan).code(), StatusCode::kNoImplementation);
+
+  ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(s), {}, &problem).ok());
+  o.implementation = "cpu_nonesuch";
+  st = ApplyAdamWQuant::plan(problem, o, &plan);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("AdamW: v has 50 elements"), std::string::npos) << st.message();
-  st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(var.data(), {100}),
-                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0);
-  EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("cpu_nonesuch"), std::string::npos) << st.message();
+  // A name picks that implementation; kReference the reference; kOptimized anything else.
+  for (const Way &w : ways()) {
+    o = options_of(Hyper{}, w);
+    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+    EXPECT_EQ(plan.implementation(), w.impl);
+  }
+  o = {};
+  o.kernel = KernelChoice::kReference;
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+  EXPECT_STREQ(plan.implementation(), "cpu_reference");
+  o.kernel = KernelChoice::kOptimized;
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+  EXPECT_STRNE(plan.implementation(), "cpu_reference");
+  // run(step, ...) needs bound tensors; a plan that was never made refuses to run.
+  EXPECT_EQ(plan.run(0, nullptr, 0).code(), StatusCode::kInvalidArgument);
+  ApplyAdamWQuant empty;
+  EXPECT_EQ(empty.run(tensors_of(s), {}, nullptr, 0).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ApplyAdamWQuantPlan, StepFromATensorIsReadAtRunTime) {
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    Hyper h;
+    State s = make_state(450, DType::kFloat16, 700, fusekit::create_dynamic_map(true),
+                         fusekit::create_dynamic_map(false));
+    ApplyAdamWQuantProblem problem;
+    ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(s), options_of(h, w), &problem).ok());
+    ApplyAdamWQuant plan;
+    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, options_of(h, w), &plan).ok());
+    int64_t step = 0;
+    ApplyAdamWQuantScalars sc;
+    sc.step = 999;  // not used: the tensor wins
+    sc.step_tensor = TensorView::of(&step, {1});
+    step = h.step = 77;  // set after the plan, before the run
+    State want = s;
+    oracle_step(want, h);
+    std::vector<char> ws(plan.workspace_size());
+    ASSERT_TRUE(plan.run(tensors_of(s), sc, ws.data(), ws.size()).ok());
+    expect_same(s, want);
+  }
+}
+
+// An empty tensor: no workspace, nothing written, the maps still checked.
+TEST(ApplyAdamWQuantPlan, EmptyTensorNeedsNoWorkspaceButChecksTheMaps) {
+  Map qm = fusekit::create_dynamic_map(true), qv = fusekit::create_dynamic_map(false);
+  float dummy = 0;
+  uint8_t code = 0;
+  const ApplyAdamWQuantTensors t{TensorView::of(&dummy, {0}),      TensorView::of(&dummy, {0}),
+                                 TensorView::of(&code, {0}),       TensorView::of(&code, {0}),
+                                 TensorView::of(qm.data(), {256}), TensorView::of(qv.data(), {256}),
+                                 TensorView::of(&dummy, {0}),      TensorView::of(&dummy, {0})};
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    ApplyAdamWQuantProblem problem;
+    ASSERT_TRUE(ApplyAdamWQuantProblem::make(t, options_of(Hyper{}, w), &problem).ok());
+    ApplyAdamWQuant plan;
+    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, options_of(Hyper{}, w), &plan).ok());
+    EXPECT_EQ(plan.workspace_size(), 0u);
+    ApplyAdamWQuantStats stats;
+    ASSERT_TRUE(plan.run(t, {}, nullptr, 0, &stats).ok());
+    EXPECT_EQ(stats.blocks_updated, 0);
+    qm[3] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(plan.run(t, {}, nullptr, 0).code(), StatusCode::kInvalidArgument);
+    qm = fusekit::create_dynamic_map(true);
+  }
+}
+
+// One plan run from two threads at once, each with its own tensors and maps (each thread keeps
+// its own search tables), each thread's result on the oracle.
+TEST(ApplyAdamWQuantPlan, OnePlanFromTwoThreadsWithTheirOwnMaps) {
+  const size_t n = 256 * 40 + 3;
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    Hyper h;
+    State a = make_state(460, DType::kFloat32, n, fusekit::create_dynamic_map(true),
+                         fusekit::create_dynamic_map(false));
+    State b = make_state(461, DType::kFloat32, n, linspace_map(-1, 1), linspace_map(0, 1));
+    ApplyAdamWQuantOptions o = options_of(h, w);
+    o.num_threads = 2;
+    ApplyAdamWQuantProblem problem;
+    ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(a), o, &problem).ok());
+    ApplyAdamWQuant plan;
+    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+    State want_a = a, want_b = b;
+    constexpr int kSteps = 8;
+    for (int k = 0; k < kSteps; ++k) {
+      Hyper hk = h;
+      hk.step = k;
+      oracle_step(want_a, hk);
+      oracle_step(want_b, hk);
+    }
+    bool ok_a = true, ok_b = true;
+    auto loop = [&](State *s, bool *ok) {
+      std::vector<char> ws(plan.workspace_size());
+      for (int k = 0; k < kSteps; ++k) {
+        *ok = *ok && plan.run(tensors_of(*s), {k, {}}, ws.data(), ws.size()).ok();
+      }
+    };
+    std::thread ta(loop, &a, &ok_a), tb(loop, &b, &ok_b);
+    ta.join();
+    tb.join();
+    EXPECT_TRUE(ok_a && ok_b);
+    expect_same(a, want_a);
+    expect_same(b, want_b);
+  }
+}
+
+TEST(ApplyAdamWQuantPlan, VerboseNamesTheImplementation) {
+  // FUSEKIT_VERBOSE is read once per process: this checks the line when the variable is set for
+  // the test binary (ctest sets it for this test; see CMakeLists.txt), and passes trivially
+  // otherwise.
+  if (std::getenv("FUSEKIT_VERBOSE") == nullptr) GTEST_SKIP() << "FUSEKIT_VERBOSE not set";
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    Hyper h;
+    State s = make_state(470, DType::kFloat32, 600, fusekit::create_dynamic_map(true),
+                         fusekit::create_dynamic_map(false));
+    ::testing::internal::CaptureStderr();
+    ASSERT_TRUE(run_api(s, h, options_of(h, w)).ok());
+    ASSERT_TRUE(run_api(s, h, options_of(h, w)).ok());  // the same maps: the tables are kept
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("fusekit_verbose,ApplyAdamWQuant,n=600,"), std::string::npos) << err;
+    const std::string isa = w.impl == "cpu_hwy"         ? fusekit::adam_w_quant_hwy_target()
+                            : w.impl == "cpu_reference" ? "scalar"
+                                                        : "AVX512VBMI";
+    EXPECT_NE(err.find("impl=" + w.impl + ",isa=" + isa + ","), std::string::npos) << err;
+    EXPECT_NE(err.find("check="), std::string::npos) << err;
+    // The lookup tables (cpu_hwy with kTable) are rebuilt by every run; the rest is kept.
+    if (w.search != QuantSearch::kTable) {
+      EXPECT_NE(err.find("tables(cached)="), std::string::npos) << err;
+    }
+    EXPECT_NE(err.find("update="), std::string::npos) << err;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+// AdamW's implementations, in the order a plan tries them, and the run of the CPU ones: one stage,
+// update, the kernel over chunks of elements claimed by the threads (any split gives the same bits:
+// every element is independent). A new backend adds its entry here.
+#include <atomic>
+
+#include "adam_w/adam_w_impl.h"
+#include "common/parallel.h"
+
+namespace fusekit {
+namespace {
+
+const char *cpu_why_not(const AdamWProblem &p) {
+  const AdamWTensors &t = p.desc;
+  return cpu_only({&t.var, &t.grad, &t.m, &t.v});
+}
+
+Status cpu_run(AdamWElementsFn kernel, const AdamWProblem &p, const AdamWTensors &t,
+               const AdamWScalars &s, const RunContext &ctx, AdamWStats *st) {
+  if (p.n == 0) return Status::Ok();
+  AdamWArgs a;
+  static_cast<AdamScalars &>(a) =
+      derive_adam_scalars(s.step, {p.lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
+  a.var = t.var.data;
+  a.grad = t.grad.data;
+  a.m = t.m.as<float>();
+  a.v = t.v.as<float>();
+  a.dtype = p.desc.var.dtype;
+  std::atomic<int64_t> skipped{0};
+  parallel_for(p.n, ctx.threads, 16384, [&](int64_t b, int64_t e) {
+    const int64_t k = kernel(a, b, e);
+    if (k != 0) skipped.fetch_add(k, std::memory_order_relaxed);
+  });
+  st->elements_skipped_nonfinite = skipped.load();
+  ctx.timer->stage("update");
+  return Status::Ok();
+}
+
+Status run_hwy(const AdamWProblem &p, const AdamWTensors &t, const AdamWScalars &s,
+               const RunContext &ctx, AdamWStats *st) {
+  return cpu_run(adam_w_elements_hwy(), p, t, s, ctx, st);
+}
+Status run_reference(const AdamWProblem &p, const AdamWTensors &t, const AdamWScalars &s,
+                     const RunContext &ctx, AdamWStats *st) {
+  return cpu_run(&adam_w_elements_reference, p, t, s, ctx, st);
+}
+const char *scalar_target() {
+  return "scalar";
+}
+
+// Highway SIMD, dispatched to the best instruction set of this CPU (adam_w_hwy.cc).
+constexpr AdamWImpl kCpuHwy{"cpu_hwy", cpu_why_not, adam_w_hwy_target, run_hwy};
+// The plain scalar kernel (adam_w_reference.cc): the fallback and the test oracle's twin.
+constexpr AdamWImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target, run_reference};
+
+constexpr const AdamWImpl *kImpls[] = {&kCpuHwy, &kCpuReference};
+
+}  // namespace
+
+std::span<const AdamWImpl *const> adam_w_impls() {
+  return kImpls;
+}
+
+}  // namespace fusekit

@@ -1,0 +1,226 @@
+// fusekit internal, per Highway target: ApplyAdamWQuant's generic kernel (QuantBlocks) and its
+// nearest-code searches, for every target Highway builds. Included by apply_adam_w_quant_hwy.cc
+// (the cpu_hwy implementation) and apply_adam_w_quant_avx512vbmi.cc (whose kernel runs a partial
+// last block, and some maps' sign fix, through these). The same float32 operations in the same
+// order as the reference kernel (no FMA), so results are bitwise equal.
+//
+// Per block: (1) a finite check of the gradient; (2) dequantize (a gather from the 256-float map),
+// the Adam update, var stored, the new m and v kept in two 1 KiB buffers, their block maxima;
+// (3) requantize: the nearest code by a table lookup over the normalized value's float bits and
+// one or two comparisons with the decision thresholds (or, without the table, 8 branch-free steps).
+//
+// Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "fusekit/float16.h"
+
+#if defined(FUSEKIT_APPLY_ADAM_W_QUANT_HWY_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FUSEKIT_APPLY_ADAM_W_QUANT_HWY_INL_H_
+#undef FUSEKIT_APPLY_ADAM_W_QUANT_HWY_INL_H_
+#else
+#define FUSEKIT_APPLY_ADAM_W_QUANT_HWY_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include "common/hwy_dtype-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fusekit::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {  // internal linkage: no clash with other operators' kernels of the same names
+
+constexpr int64_t kBlock = 256;
+
+// ---- the nearest code ------------------------------------------------------------------------
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t, hn::Vec<DF> x) {
+  const hn::RebindToSigned<DF> di;
+  const hn::RebindToUnsigned<DF> du;
+  x = hn::IfThenZeroElse(hn::IsNaN(x), x);
+  if (t.packed != nullptr) {
+    // One lookup: the bucket's codes below and above its threshold, and the threshold's low bits.
+    x = hn::Add(x, hn::Zero(df));  // -0 becomes +0
+    const auto bits = hn::BitCast(du, x);
+    const auto flip =
+        hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+    const auto key = hn::Xor(bits, flip);
+    const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(t.packed),
+                                   hn::BitCast(di, hn::ShiftRight<16>(key)));
+    const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
+    const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
+    const auto ff = hn::Set(di, 0xff);
+    return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
+  }
+  hn::Vec<decltype(di)> c;
+  if (t.lut != nullptr) {
+    const auto bits = hn::BitCast(du, x);
+    const auto flip =
+        hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+    const auto bucket = hn::ShiftRight<16>(hn::Xor(bits, flip));
+    c = hn::And(
+        hn::GatherOffset(di, reinterpret_cast<const int32_t *>(t.lut), hn::BitCast(di, bucket)),
+        hn::Set(di, 0xff));
+    for (int s = 0; s < t.refine_steps; ++s) {
+      const auto th = hn::GatherIndex(df, t.thr, c);
+      c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(x, th))));
+    }
+  } else {
+    c = hn::Zero(di);
+    for (int step = 128; step > 0; step >>= 1) {
+      const auto cand = hn::Add(c, hn::Set(di, step));
+      const auto th = hn::GatherIndex(df, t.thr, hn::Sub(cand, hn::Set(di, 1)));
+      c = hn::IfThenElse(hn::RebindMask(di, hn::Ge(x, th)), cand, c);
+    }
+  }
+  auto code = t.identity_first ? c : hn::GatherIndex(di, t.first, c);
+  if (t.sign_fix) {
+    const auto zero = hn::Zero(df);
+    const auto qc = hn::GatherIndex(df, t.q, code);
+    const auto need = hn::RebindMask(di, hn::Lt(hn::Mul(x, qc), zero));
+    const auto dir =
+        hn::IfThenElse(hn::RebindMask(di, hn::Gt(x, zero)), hn::Set(di, 1), hn::Set(di, -1));
+    const auto moved = hn::Min(hn::Max(hn::Add(code, dir), hn::Zero(di)), hn::Set(di, 255));
+    code = hn::IfThenElse(need, moved, code);
+  }
+  return code;
+}
+
+// The packed-table code of x' = m * (1 / absmax), and the lanes where x' may sit on the other side
+// of a threshold or bucket edge than x = m / absmax would: x' is within 3 units in the last place
+// of x (two float32 roundings and the reciprocal's), so a lane whose key is more than kMargin
+// keys from its bucket's threshold and edges has x's code. The caller redoes unsure vectors
+// exactly with the division.
+constexpr int32_t kMargin = 8;
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> PackedCodesApprox(
+    DF df, const uint32_t *packed, hn::Vec<DF> x, hn::Mask<hn::RebindToSigned<DF>> *unsure) {
+  const hn::RebindToSigned<DF> di;
+  const hn::RebindToUnsigned<DF> du;
+  x = hn::Add(hn::IfThenZeroElse(hn::IsNaN(x), x), hn::Zero(df));
+  const auto bits = hn::BitCast(du, x);
+  const auto flip =
+      hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
+  const auto key = hn::Xor(bits, flip);
+  const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(packed),
+                                 hn::BitCast(di, hn::ShiftRight<16>(key)));
+  const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
+  const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
+  const auto ff = hn::Set(di, 0xff);
+  *unsure = hn::Or(hn::Lt(hn::Abs(hn::Sub(low, thr_low)), hn::Set(di, kMargin + 1)),
+                   hn::Or(hn::Lt(low, hn::Set(di, kMargin + 1)),
+                          hn::Gt(low, hn::Set(di, 0xffff - kMargin - 1))));
+  return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
+}
+
+// A block's codes for one map: by reciprocal when the table is packed and 1 / absmax is a normal
+// float (checked lanes redone exactly), else by division.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> BlockCodes(DF df, const QuantMapTables &t, hn::Vec<DF> m,
+                                                      hn::Vec<DF> vdiv, bool use_recip,
+                                                      hn::Vec<DF> vrecip) {
+  const hn::RebindToSigned<DF> di;
+  if (use_recip) {
+    hn::Mask<decltype(di)> unsure;
+    const auto c = PackedCodesApprox(df, t.packed, hn::Mul(m, vrecip), &unsure);
+    if (HWY_LIKELY(hn::AllFalse(di, unsure))) return c;
+  }
+  return Codes(df, t, hn::Div(m, vdiv));
+}
+
+inline bool recip_ok(const QuantMapTables &t, float div) {
+  return t.packed != nullptr && div >= 0x1p-126f && div <= 0x1p126f;
+}
+
+template <typename T>
+int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  const auto zero = hn::Zero(df);
+  const AdamVectors<decltype(df)> adam(df, a);
+  HWY_ALIGN float m_new[kBlock];
+  HWY_ALIGN float v_new[kBlock];
+  int64_t skipped = 0;
+
+  for (int64_t b = begin; b < end; ++b) {
+    const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
+    const int64_t vec_len = len / N * N;
+    // (1) Finite check: g * 0 is 0 for finite g and NaN for Inf or NaN.
+    auto acc = zero;
+    for (int64_t j = 0; j < vec_len; j += N)
+      acc = hn::Add(acc, hn::Mul(LoadWide(df, grad + lo + j), zero));
+    bool finite = hn::AllTrue(df, hn::Eq(acc, zero));
+    for (int64_t j = vec_len; j < len; ++j)
+      finite = finite && std::isfinite(to_float(grad[lo + j]));
+    if (!finite) {
+      ++skipped;
+      continue;
+    }
+    // (2) The Adam update.
+    float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
+    const float scale_m = *absmax_m, scale_v = *absmax_v;
+    const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+    auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < vec_len; j += N) {
+      const int64_t i = lo + j;
+      const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
+      const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
+      auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
+      auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
+      StoreNarrow(df, adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i)), var + i);
+      hn::Store(m, df, m_new + j);
+      hn::Store(v, df, v_new + j);
+      acc_m = hn::Max(hn::Abs(m), acc_m);
+      acc_v = hn::Max(v, acc_v);
+    }
+    float max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
+    float max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+    for (int64_t j = vec_len; j < len; ++j) {
+      const int64_t i = lo + j;
+      float m = a.map_m.q[a.m[i]] * scale_m;
+      float v = a.map_v.q[a.v[i]] * scale_v;
+      var[i] = from_float<T>(adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i])));
+      m_new[j] = m;
+      v_new[j] = v;
+      max_m = std::max(max_m, std::fabs(m));
+      max_v = std::max(max_v, v);
+    }
+    max_m = max_m + 0.0f;
+    max_v = max_v + 0.0f;
+    *absmax_m = max_m;
+    *absmax_v = max_v;
+    // (3) Requantize.
+    const float div_m = max_m == 0.0f ? 1.0f : max_m;
+    const float div_v = max_v == 0.0f ? 1.0f : max_v;
+    const auto vdiv_m = hn::Set(df, div_m), vdiv_v = hn::Set(df, div_v);
+    const bool recip_m = recip_ok(a.map_m, div_m), recip_v = recip_ok(a.map_v, div_v);
+    const auto vrecip_m = hn::Set(df, 1.0f / div_m), vrecip_v = hn::Set(df, 1.0f / div_v);
+    for (int64_t j = 0; j < vec_len; j += N) {
+      const auto cm = BlockCodes(df, a.map_m, hn::Load(df, m_new + j), vdiv_m, recip_m, vrecip_m);
+      const auto cv = BlockCodes(df, a.map_v, hn::Load(df, v_new + j), vdiv_v, recip_v, vrecip_v);
+      hn::StoreU(hn::DemoteTo(d8, cm), d8, a.m + lo + j);
+      hn::StoreU(hn::DemoteTo(d8, cv), d8, a.v + lo + j);
+    }
+    for (int64_t j = vec_len; j < len; ++j) {
+      a.m[lo + j] = quant_code_reference(a.map_m, m_new[j] / div_m);
+      a.v[lo + j] = quant_code_reference(a.map_v, v_new[j] / div_v);
+    }
+  }
+  return skipped;
+}
+
+}  // namespace
+}  // namespace fusekit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FUSEKIT_APPLY_ADAM_W_QUANT_HWY_INL_H_ toggle

@@ -1,0 +1,77 @@
+// ApplyAdamWQuant's implementations, in the order a plan tries them. A new backend adds its entry
+// here (a CUDA implementation: an entry under FUSEKIT_HAVE_CUDA, defined in its own file).
+#include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
+
+namespace fusekit {
+namespace {
+
+const char *cpu_why_not(const ApplyAdamWQuantProblem &p) {
+  const ApplyAdamWQuantTensors &t = p.desc;
+  return cpu_only({&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v});
+}
+
+// ---- cpu_avx512vbmi: the AVX-512 VBMI kernel, maps and searches in registers ----
+const char *vbmi_why_not(const ApplyAdamWQuantProblem &p) {
+  if (const char *why = cpu_why_not(p); why != nullptr) return why;
+  return adam_w_quant_avx512vbmi_why_not();
+}
+const char *vbmi_target() {
+  return "AVX512VBMI";
+}
+size_t vbmi_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
+  return adam_w_quant_cpu_workspace_bytes(p, false);
+}
+Status vbmi_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t,
+                const ApplyAdamWQuantScalars &s, const RunContext &ctx, ApplyAdamWQuantStats *st) {
+  const AdamWQuantCpuKernel k{adam_w_quant_blocks_avx512vbmi(), false,
+                              &adam_w_quant_prepare_avx512vbmi};
+  return adam_w_quant_cpu_run(k, p, t, s.step, ctx, st);
+}
+
+// ---- cpu_hwy: the generic Highway kernel, dispatched to the best target of this CPU ----
+const char *hwy_target() {
+  return adam_w_quant_hwy_target();
+}
+size_t hwy_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
+  return adam_w_quant_cpu_workspace_bytes(p, adam_w_quant_wants_table(p));
+}
+Status hwy_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t,
+               const ApplyAdamWQuantScalars &s, const RunContext &ctx, ApplyAdamWQuantStats *st) {
+  const AdamWQuantCpuKernel k{adam_w_quant_blocks_hwy(), true, nullptr};
+  return adam_w_quant_cpu_run(k, p, t, s.step, ctx, st);
+}
+
+// ---- cpu_reference: the plain scalar kernel, the fallback and the test oracle's twin ----
+const char *scalar_target() {
+  return "scalar";
+}
+size_t reference_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
+  return adam_w_quant_cpu_workspace_bytes(p, false);
+}
+Status reference_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t,
+                     const ApplyAdamWQuantScalars &s, const RunContext &ctx,
+                     ApplyAdamWQuantStats *st) {
+  const AdamWQuantCpuKernel k{&adam_w_quant_blocks_reference, false, nullptr};
+  return adam_w_quant_cpu_run(k, p, t, s.step, ctx, st);
+}
+
+bool no_table(const ApplyAdamWQuantProblem & /*p*/) {
+  return false;
+}
+
+constexpr ApplyAdamWQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi",     vbmi_why_not, vbmi_target,
+                                             vbmi_workspace_bytes, vbmi_run,     no_table};
+constexpr ApplyAdamWQuantImpl kCpuHwy{"cpu_hwy",           cpu_why_not, hwy_target,
+                                      hwy_workspace_bytes, hwy_run,     adam_w_quant_wants_table};
+constexpr ApplyAdamWQuantImpl kCpuReference{
+    kReferenceName, cpu_why_not, scalar_target, reference_workspace_bytes, reference_run, no_table};
+
+constexpr const ApplyAdamWQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuReference};
+
+}  // namespace
+
+std::span<const ApplyAdamWQuantImpl *const> apply_adam_w_quant_impls() {
+  return kImpls;
+}
+
+}  // namespace fusekit

@@ -1,0 +1,138 @@
+// fusekit internal: the Adam(W) update that AdamW and ApplyAdamWQuant share, written once: the
+// per-step scalars (derived in float32 as CANN's kernel derives them, t = step + 1), the update of
+// one element, and the checks of the attributes and the step that both operators' plans make. The
+// same operations on vectors are AdamVectors in common/hwy_dtype-inl.h.
+#ifndef FUSEKIT_COMMON_ADAM_UPDATE_H_
+#define FUSEKIT_COMMON_ADAM_UPDATE_H_
+
+#include <math.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/str_cat.h"
+#include "fusekit/status.h"
+#include "fusekit/tensor.h"
+
+namespace fusekit {
+
+// The per-step scalars of the update (derive_adam_scalars below).
+struct AdamScalars {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, gnorm_scale, step_size, eps_c2s, decay;
+  bool apply_decay;  // weight decay > 0
+};
+
+// The attributes as float32 (the doubles of the options converted once, when planned).
+struct AdamAttributes {
+  float lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
+};
+
+// Steps run from 0 to 2^62 - 1 (t = step + 1 in float32).
+inline constexpr int64_t kAdamMaxStep = int64_t{1} << 62;
+
+// The float32 scalars of step `step`, computed as CANN's kernel computes them:
+//   t = step + 1;  c1 = 1 - beta1^t;  c2s = sqrt(1 - beta2^t);  step_size = (-lr * c2s) / c1
+inline AdamScalars derive_adam_scalars(int64_t step, const AdamAttributes &a) {
+  const float t = static_cast<float>(step + 1);
+  const float c1 = 1.0f - ::powf(a.beta1, t);
+  const float c2s = ::sqrtf(1.0f - ::powf(a.beta2, t));
+  AdamScalars s;
+  s.beta1 = a.beta1;
+  s.beta2 = a.beta2;
+  s.one_minus_beta1 = 1.0f - a.beta1;
+  s.one_minus_beta2 = 1.0f - a.beta2;
+  s.gnorm_scale = a.gnorm_scale;
+  s.step_size = (-a.lr * c2s) / c1;
+  s.eps_c2s = a.eps * c2s;
+  s.decay = 1.0f - a.lr * a.weight_decay;
+  s.apply_decay = a.weight_decay > 0.0f;
+  return s;
+}
+
+// One element: m and v (dequantized, or the float32 moments) updated in place; returns the new
+// var. The float32 operations in the order of every kernel and of the NumPy golden; the project
+// builds with -ffp-contract=off, so none is fused.
+inline float adam_update(const AdamScalars &s, float grad, float *m, float *v, float w) {
+  const float g = grad * s.gnorm_scale;
+  *m = *m * s.beta1 + g * s.one_minus_beta1;
+  *v = *v * s.beta2 + (g * g) * s.one_minus_beta2;
+  w = w + (*m * s.step_size) / (std::sqrt(*v) + s.eps_c2s);
+  return s.apply_decay ? w * s.decay : w;
+}
+
+namespace adam_detail {
+inline Status check_attr(const char *op, const char *name, double value, bool ok,
+                         const char *rule) {
+  if (!std::isfinite(value) || !std::isfinite(static_cast<float>(value)) || !ok) {
+    return Status::Invalid(str_cat(op, ": ", name, " = ", value, " ", rule));
+  }
+  return Status::Ok();
+}
+}  // namespace adam_detail
+
+// Validates the attributes (the aclnn names in the messages) and converts them to float32.
+inline Status check_adam_attributes(const char *op, double lr, double beta1, double beta2,
+                                    double weight_decay, double eps, double gnorm_scale,
+                                    AdamAttributes *out) {
+  using adam_detail::check_attr;
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "lr", lr, lr >= 0.0, "must be finite and >= 0"));
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta1", beta1,
+                                     beta1 >= 0.0 && static_cast<float>(beta1) < 1.0f,
+                                     "must be in [0, 1) in float32"));
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta2", beta2,
+                                     beta2 >= 0.0 && static_cast<float>(beta2) < 1.0f,
+                                     "must be in [0, 1) in float32"));
+  FUSEKIT_RETURN_IF_ERROR(
+      check_attr(op, "weightDecay", weight_decay, true, "must be finite in float32"));
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "eps", eps, static_cast<float>(eps) > 0.0f,
+                                     "must be finite and > 0 in float32"));
+  FUSEKIT_RETURN_IF_ERROR(
+      check_attr(op, "gnormScale", gnorm_scale, true, "must be finite in float32"));
+  out->lr = static_cast<float>(lr);
+  out->beta1 = static_cast<float>(beta1);
+  out->beta2 = static_cast<float>(beta2);
+  out->weight_decay = static_cast<float>(weight_decay);
+  out->eps = static_cast<float>(eps);
+  out->gnorm_scale = static_cast<float>(gnorm_scale);
+  return Status::Ok();
+}
+
+inline Status check_adam_step(const char *op, int64_t step) {
+  if (step < 0 || step >= kAdamMaxStep) {
+    return Status::Invalid(
+        str_cat(op, ": step = ", step, " must be in [0, 2^62); nothing was modified"));
+  }
+  return Status::Ok();
+}
+
+// n = the product of a shape, refusing negative sizes and 64-bit overflow; also checks that the
+// byte offset of the farthest element fits in 64 bits.
+inline Status adam_checked_numel(const char *op, const TensorView &t, const char *name,
+                                 int64_t *n) {
+  int64_t count = 1, reach = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] < 0)
+      return Status::Invalid(
+          str_cat(op, ": ", name, " has a negative size in shape ", t.shape_string()));
+    int64_t span = 0;
+    if (__builtin_mul_overflow(count, t.shape[i], &count) ||
+        (t.shape[i] > 0 &&
+         __builtin_mul_overflow(t.shape[i] - 1, t.strides[i] < 0 ? -t.strides[i] : t.strides[i],
+                                &span)) ||
+        __builtin_add_overflow(reach, span, &reach)) {
+      return Status::Invalid(
+          str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+    }
+  }
+  const auto elem = static_cast<int64_t>(dtype_size(t.dtype) > 0 ? dtype_size(t.dtype) : 1);
+  if (__builtin_mul_overflow(reach, elem, &reach)) {
+    return Status::Invalid(
+        str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+  }
+  *n = count;
+  return Status::Ok();
+}
+
+}  // namespace fusekit
+
+#endif  // FUSEKIT_COMMON_ADAM_UPDATE_H_

@@ -1,0 +1,443 @@
+// AdamW: every expected value comes from the oracle below, the step in plain float32 scalar code
+// written independently of the library, with 16-bit conversions by _Float16 and by integer rounding
+// written here. Every float32 operation is fixed, so var, m and v must match bit for bit for every
+// implementation (cpu_hwy on every SIMD target, cpu_reference), dtype and thread count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adam_w/adam_w_kernels.h"
+#include "common/simd_targets.h"
+#include "common/test_util.h"
+#include "fusekit/adam_w.h"
+
+namespace {
+
+using fusekit::AdamW;
+using fusekit::AdamWOptions;
+using fusekit::AdamWProblem;
+using fusekit::AdamWScalars;
+using fusekit::AdamWStats;
+using fusekit::AdamWTensors;
+using fusekit::DType;
+using fusekit::KernelChoice;
+using fusekit::Status;
+using fusekit::StatusCode;
+using fusekit::TensorView;
+using fusekit::testing::rng_for;
+using fusekit::testing::uniform;
+
+// ---- independent 16-bit conversions ----------------------------------------------------------
+#ifdef __FLT16_MAX__  // the compiler's _Float16 (GCC 12, clang 15 and later)
+float half_to_float(uint16_t bits) {
+  return static_cast<float>(std::bit_cast<_Float16>(bits));
+}
+uint16_t float_to_half(float f) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+}
+#else  // in double arithmetic, rounding by std::nearbyint (to nearest, ties to even)
+float half_to_float(uint16_t bits) {
+  const int e = (bits >> 10) & 31, mant = bits & 1023;
+  const double mag = e == 31  ? (mant != 0 ? std::nan("") : INFINITY)
+                     : e == 0 ? std::ldexp(mant, -24)
+                              : std::ldexp(1024 + mant, e - 25);
+  return static_cast<float>((bits & 0x8000) != 0 ? -mag : mag);
+}
+uint16_t float_to_half(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (std::isnan(f))
+    return static_cast<uint16_t>(sign | 0x7e00 | ((std::bit_cast<uint32_t>(f) >> 13) & 0x3ff));
+  if (a >= 65520.0) return static_cast<uint16_t>(sign | 0x7c00);
+  if (a == 0.0) return sign;
+  const int e = std::max(std::ilogb(a == 0 ? 1.0 : a), -14);  // the binade, subnormals at -14
+  const auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, 10 - e)));  // <= 2048
+  // q in [1024, 2048] for normals (2048: rounded up into the next binade), < 1024 subnormal.
+  const uint32_t bits = q < 1024 && e == -14 ? q : static_cast<uint32_t>((e + 15) << 10) + q - 1024;
+  return static_cast<uint16_t>(sign | bits);
+}
+#endif
+
+float widen(DType t, uint16_t bits) {
+  if (t == DType::kBFloat16) return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  return half_to_float(bits);
+}
+uint16_t narrow(DType t, float f) {
+  if (t == DType::kFloat16) return float_to_half(f);
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  uint32_t upper = x >> 16;
+  const uint32_t rem = x & 0xffffu;
+  if (rem > 0x8000u || (rem == 0x8000u && (upper & 1u) != 0)) ++upper;
+  return static_cast<uint16_t>(upper);
+}
+
+// Storage for var or grad in any of the three dtypes.
+struct FloatBuf {
+  DType dtype = DType::kFloat32;
+  std::vector<float> f32;
+  std::vector<uint16_t> h;
+  FloatBuf() = default;
+  FloatBuf(DType t, const std::vector<float> &values) : dtype(t) {
+    if (t == DType::kFloat32) {
+      f32 = values;
+    } else {
+      for (float x : values) h.push_back(narrow(t, x));
+    }
+  }
+  size_t size() const { return dtype == DType::kFloat32 ? f32.size() : h.size(); }
+  float get(size_t i) const { return dtype == DType::kFloat32 ? f32[i] : widen(dtype, h[i]); }
+  void set(size_t i, float x) {
+    if (dtype == DType::kFloat32) {
+      f32[i] = x;
+    } else {
+      h[i] = narrow(dtype, x);
+    }
+  }
+  uint32_t bits(size_t i) const {
+    return dtype == DType::kFloat32 ? std::bit_cast<uint32_t>(f32[i]) : h[i];
+  }
+  void *data() {
+    return dtype == DType::kFloat32 ? static_cast<void *>(f32.data())
+                                    : static_cast<void *>(h.data());
+  }
+  TensorView view() {
+    return TensorView::contiguous(data(), dtype, {static_cast<int64_t>(size())});
+  }
+};
+
+struct Hyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0, eps = 1e-8, gnorm = 1.0;
+  int64_t step = 10;
+};
+
+struct State {
+  FloatBuf var, grad;
+  std::vector<float> m, v;
+  AdamWTensors tensors() {
+    const auto n = static_cast<int64_t>(m.size());
+    return {var.view(), grad.view(), TensorView::of(m.data(), {n}), TensorView::of(v.data(), {n})};
+  }
+};
+
+State make_state(uint64_t salt, DType t, size_t n) {
+  auto rng = rng_for(salt);
+  State s;
+  s.var = FloatBuf(t, uniform(rng, n, -1, 1));
+  s.grad = FloatBuf(t, uniform(rng, n, -1, 1));
+  s.m = uniform(rng, n, -0.1f, 0.1f);
+  s.v = uniform(rng, n, 0.f, 0.01f);
+  return s;
+}
+
+// The oracle: returns the number of skipped elements.
+int64_t oracle_step(State &st, const Hyper &h) {
+  const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
+  const float lr = static_cast<float>(h.lr), wd = static_cast<float>(h.wd);
+  const float eps = static_cast<float>(h.eps), gs = static_cast<float>(h.gnorm);
+  const float t = static_cast<float>(h.step + 1);
+  const float c1 = 1.0f - powf(b1, t);
+  const float c2s = sqrtf(1.0f - powf(b2, t));
+  const float step_size = -lr * c2s / c1, eps_c2s = eps * c2s, decay = 1.0f - lr * wd;
+  int64_t skipped = 0;
+  for (size_t i = 0; i < st.m.size(); ++i) {
+    const float gr = st.grad.get(i);
+    if (!std::isfinite(gr)) {
+      ++skipped;
+      continue;
+    }
+    const float g = gr * gs;
+    st.m[i] = st.m[i] * b1 + g * (1.0f - b1);
+    st.v[i] = st.v[i] * b2 + (g * g) * (1.0f - b2);
+    float w = st.var.get(i) + (st.m[i] * step_size) / (std::sqrt(st.v[i]) + eps_c2s);
+    if (wd > 0.0f) w = w * decay;
+    st.var.set(i, w);
+  }
+  return skipped;
+}
+
+AdamWOptions options_of(const Hyper &h) {
+  AdamWOptions o;
+  o.lr = h.lr;
+  o.beta1 = h.beta1;
+  o.beta2 = h.beta2;
+  o.weight_decay = h.wd;
+  o.eps = h.eps;
+  o.gnorm_scale = h.gnorm;
+  return o;
+}
+
+void expect_same(const State &got, const State &want) {
+  size_t bad = 0;
+  for (size_t i = 0; i < got.m.size() && bad < 5; ++i) {
+    if (got.var.bits(i) != want.var.bits(i) || !fusekit::testing::bits_equal(got.m[i], want.m[i]) ||
+        !fusekit::testing::bits_equal(got.v[i], want.v[i])) {
+      ADD_FAILURE() << "[" << i << "]: got var " << got.var.get(i) << " m " << got.m[i] << " v "
+                    << got.v[i] << ", want " << want.var.get(i) << " " << want.m[i] << " "
+                    << want.v[i];
+      ++bad;
+    }
+  }
+}
+
+// The implementations this machine runs.
+std::vector<std::string> supported_implementations() {
+  std::vector<std::string> out;
+  std::vector<float> x(4);
+  const AdamWTensors t{TensorView::of(x.data(), {1}), TensorView::of(x.data() + 1, {1}),
+                       TensorView::of(x.data() + 2, {1}), TensorView::of(x.data() + 3, {1})};
+  for (const std::string &name : AdamW::implementations()) {
+    AdamWOptions o;
+    o.implementation = name.c_str();
+    AdamWProblem problem;
+    EXPECT_TRUE(AdamWProblem::make(t, o, &problem).ok());
+    AdamW plan;
+    const Status st = AdamW::plan(problem, o, &plan);
+    EXPECT_TRUE(st.ok() || st.code() == StatusCode::kNoImplementation) << st.message();
+    if (st.ok()) out.push_back(name);
+  }
+  return out;
+}
+
+TEST(AdamW, TheImplementationList) {
+  EXPECT_EQ(AdamW::implementations(), (std::vector<std::string>{"cpu_hwy", "cpu_reference"}));
+  EXPECT_EQ(supported_implementations(), AdamW::implementations());
+}
+
+TEST(AdamW, MatchesOracleOnEveryDtypeImplementationAndThreadCount) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    State start = make_state(30, t, 10007);
+    start.grad.set(5, std::numeric_limits<float>::quiet_NaN());
+    start.grad.set(9000, -std::numeric_limits<float>::infinity());
+    Hyper h;
+    h.wd = 0.01;
+    h.gnorm = 0.9;
+    h.step = 41;
+    State want = start;
+    EXPECT_EQ(oracle_step(want, h), 2);
+    for (const std::string &impl : supported_implementations()) {
+      SCOPED_TRACE(impl);
+      for (int threads : {1, 2, 4}) {
+        SCOPED_TRACE(threads);
+        State got = start;
+        AdamWOptions o = options_of(h);
+        o.implementation = impl.c_str();
+        o.num_threads = threads;
+        AdamWStats stats;
+        const AdamWTensors tt = got.tensors();
+        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+        EXPECT_EQ(stats.elements_skipped_nonfinite, 2);
+        expect_same(got, want);
+      }
+    }
+  }
+}
+
+// cpu_hwy on every SIMD target Highway built and this CPU runs, with lengths around the vector
+// widths (the scalar tails).
+TEST(AdamW, EverySimdTarget) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    for (size_t n : {size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{1000}}) {
+      SCOPED_TRACE(n);
+      State start = make_state(31 + n, t, n);
+      if (n > 20) start.grad.set(17, std::numeric_limits<float>::infinity());
+      Hyper h;
+      h.wd = 0.1;
+      State want = start;
+      oracle_step(want, h);
+      fusekit::testing::for_each_simd_target([&](const char *target) {
+        EXPECT_STREQ(fusekit::adam_w_hwy_target(), target);
+        State got = start;
+        AdamWOptions o = options_of(h);
+        o.implementation = "cpu_hwy";
+        const AdamWTensors tt = got.tensors();
+        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o).ok());
+        expect_same(got, want);
+      });
+    }
+  }
+}
+
+TEST(AdamW, Refusals) {
+  std::vector<float> var(100), grad(100), m(100), v(50);
+  Status st =
+      fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
+                           TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("AdamW: v has 50 elements"), std::string::npos) << st.message();
+  st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(var.data(), {100}),
+                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0);
+  EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.message();
+  st = fusekit::adam_w_step(TensorView::strided(var.data(), DType::kFloat32, {50}, {2}),
+                            TensorView::of(grad.data(), {50}), TensorView::of(m.data(), {50}),
+                            TensorView::of(v.data(), {50}), 0);
+  EXPECT_NE(st.message().find("var must be contiguous"), std::string::npos) << st.message();
+  st = fusekit::adam_w_step(TensorView::of(var.data(), {50}), TensorView::of(grad.data(), {50}),
+                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), -3);
+  EXPECT_NE(st.message().find("AdamW: step = -3"), std::string::npos) << st.message();
+  AdamWOptions o;
+  o.beta2 = 1.5;
+  st = fusekit::adam_w_step(TensorView::of(var.data(), {50}), TensorView::of(grad.data(), {50}),
+                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), 0, o);
+  EXPECT_NE(st.message().find("beta2 = 1.5"), std::string::npos) << st.message();
+}
+
+// One plan, many runs with new tensors (new pointers) and new data: each equals a fresh call.
+TEST(AdamWPlan, OnePlanManyRunsEqualFreshCalls) {
+  Hyper h;
+  h.wd = 0.02;
+  for (const std::string &impl : supported_implementations()) {
+    SCOPED_TRACE(impl);
+    AdamWOptions o = options_of(h);
+    o.implementation = impl.c_str();
+    State first = make_state(40, DType::kBFloat16, 5000);
+    AdamWProblem problem;
+    ASSERT_TRUE(AdamWProblem::make(first.tensors(), o, &problem).ok());
+    AdamW plan;
+    ASSERT_TRUE(AdamW::plan(problem, o, &plan).ok());
+    EXPECT_EQ(plan.implementation(), impl);
+    for (int k = 0; k < 5; ++k) {
+      SCOPED_TRACE(k);
+      const State start = make_state(41 + static_cast<uint64_t>(k), DType::kBFloat16, 5000);
+      auto got = std::make_unique<State>(start);
+      State fresh = start, want = start;
+      Hyper hk = h;
+      hk.step = 5 * k;
+      AdamWScalars sc;
+      sc.step = hk.step;
+      ASSERT_TRUE(plan.run(got->tensors(), sc).ok());
+      const AdamWTensors ft = fresh.tensors();
+      ASSERT_TRUE(fusekit::adam_w_step(ft.var, ft.grad, ft.m, ft.v, hk.step, o).ok());
+      expect_same(*got, fresh);
+      oracle_step(want, hk);
+      expect_same(*got, want);
+    }
+  }
+}
+
+TEST(AdamWPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
+  State s = make_state(50, DType::kFloat32, 600);
+  AdamWProblem problem;
+  ASSERT_TRUE(AdamWProblem::make(s.tensors(), {}, &problem).ok());
+  AdamW plan;
+  ASSERT_TRUE(AdamW::plan(problem, {}, &plan).ok());
+  const State before = s;
+  std::vector<uint16_t> half(600, 0x7fa5);
+  std::vector<float> wide(1200, fusekit::testing::poison_float());
+  struct Case {
+    const char *what, *fragment;
+    AdamWTensors t;
+    AdamWScalars sc;
+  };
+  const AdamWTensors t = s.tensors();
+  const AdamWScalars sc{3, {}};
+  std::vector<Case> cases;
+  cases.push_back({"var of another dtype", "var is bfloat16", t, sc});
+  cases.back().t.var = TensorView::contiguous(half.data(), DType::kBFloat16, {600});
+  cases.push_back({"m of another shape", "m is float32 [2, 300]", t, sc});
+  cases.back().t.m = TensorView::of(wide.data(), {2, 300});
+  cases.push_back({"v with another stride", "v is", t, sc});
+  cases.back().t.v = TensorView::strided(wide.data(), DType::kFloat32, {600}, {2});
+  cases.push_back({"null data", "grad has no data", t, sc});
+  cases.back().t.grad.data = nullptr;
+  cases.push_back({"m aliasing v", "m and v overlap", t, sc});
+  cases.back().t.m = t.v;
+  cases.push_back({"another device", "var", t, sc});
+  cases.back().t.var.device = fusekit::Device::kCuda;
+  cases.push_back({"a step out of range", "step = -1", t, sc});
+  cases.back().sc.step = -1;
+  cases.push_back({"a step tensor of another dtype", "step must be one int64", t, sc});
+  cases.back().sc.step_tensor = TensorView::of(wide.data(), {1});
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    const Status st = plan.run(c.t, c.sc);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(c.fragment), std::string::npos) << st.message();
+    expect_same(s, before);
+    EXPECT_TRUE(std::all_of(half.begin(), half.end(), [](uint16_t x) { return x == 0x7fa5; }));
+    EXPECT_TRUE(std::all_of(wide.begin(), wide.end(), fusekit::testing::is_poison));
+  }
+  ASSERT_TRUE(plan.run(t, sc).ok());
+  State want = before;
+  Hyper h;
+  h.step = 3;
+  oracle_step(want, h);
+  expect_same(s, want);
+}
+
+TEST(AdamWPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
+  State s = make_state(60, DType::kFloat32, 100);
+  AdamWTensors t = s.tensors();
+  for (TensorView *x : {&t.var, &t.grad, &t.m, &t.v}) x->device = fusekit::Device::kCuda;
+  AdamWProblem problem;
+  ASSERT_TRUE(AdamWProblem::make(t, {}, &problem).ok());  // a valid problem
+  AdamW plan;
+  Status st = AdamW::plan(problem, {}, &plan);
+  EXPECT_EQ(st.code(), StatusCode::kNoImplementation);
+  EXPECT_NE(st.message().find("cpu_reference"), std::string::npos) << st.message();
+
+  ASSERT_TRUE(AdamWProblem::make(s.tensors(), {}, &problem).ok());
+  AdamWOptions o;
+  o.implementation = "cpu_nonesuch";
+  st = AdamW::plan(problem, o, &plan);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cpu_nonesuch"), std::string::npos) << st.message();
+  o = {};
+  o.kernel = KernelChoice::kReference;
+  ASSERT_TRUE(AdamW::plan(problem, o, &plan).ok());
+  EXPECT_STREQ(plan.implementation(), "cpu_reference");
+  o.kernel = KernelChoice::kOptimized;
+  ASSERT_TRUE(AdamW::plan(problem, o, &plan).ok());
+  EXPECT_STREQ(plan.implementation(), "cpu_hwy");
+  EXPECT_EQ(plan.run(0).code(), StatusCode::kInvalidArgument);  // no bound tensors
+  AdamW empty;
+  EXPECT_EQ(empty.run(s.tensors(), {}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AdamWPlan, StepFromATensorIsReadAtRunTime) {
+  State s = make_state(70, DType::kFloat16, 300);
+  AdamWProblem problem;
+  ASSERT_TRUE(AdamWProblem::make(s.tensors(), {}, &problem).ok());
+  AdamW plan;
+  ASSERT_TRUE(AdamW::plan(problem, {}, &plan).ok());
+  int64_t step = 0;
+  AdamWScalars sc;
+  sc.step = 999;
+  sc.step_tensor = TensorView::of(&step, {1});
+  Hyper h;
+  step = h.step = 123;
+  State want = s;
+  oracle_step(want, h);
+  ASSERT_TRUE(plan.run(s.tensors(), sc).ok());
+  expect_same(s, want);
+}
+
+TEST(AdamWPlan, VerboseNamesTheImplementation) {
+  // FUSEKIT_VERBOSE is read once per process: ctest sets it for this test (CMakeLists.txt).
+  if (std::getenv("FUSEKIT_VERBOSE") == nullptr) GTEST_SKIP() << "FUSEKIT_VERBOSE not set";
+  for (const std::string &impl : supported_implementations()) {
+    State s = make_state(80, DType::kFloat32, 100);
+    AdamWOptions o;
+    o.implementation = impl.c_str();
+    ::testing::internal::CaptureStderr();
+    const AdamWTensors t = s.tensors();
+    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, o).ok());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("fusekit_verbose,AdamW,n=100,"), std::string::npos) << err;
+    const std::string isa = impl == "cpu_hwy" ? fusekit::adam_w_hwy_target() : "scalar";
+    EXPECT_NE(err.find("impl=" + impl + ",isa=" + isa + ","), std::string::npos) << err;
+    EXPECT_NE(err.find("update="), std::string::npos) << err;
+  }
+}
+
+}  // namespace
