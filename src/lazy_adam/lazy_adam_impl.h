@@ -14,7 +14,7 @@ namespace fusekit {
 struct LazyAdamImpl {
   const char *name;
   const char *(*why_not)(const LazyAdamProblem &p);  // null: supported on this machine
-  const char *(*target)();                            // instruction set, for FUSEKIT_VERBOSE
+  const char *(*target)();                           // instruction set, for FUSEKIT_VERBOSE
   size_t (*workspace_bytes)(const LazyAdamProblem &p, int threads);
   // lr is already resolved (a CPU implementation reads lr_tensor on the host).
   Status (*run)(const LazyAdamProblem &p, const LazyAdamTensors &t, const LazyAdamScalars &s,
