@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/apply_adam_w_quant.h"
 #include "runtime/acl_tensor.h"
@@ -54,62 +55,68 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     const aclTensor *step, double lr, double beta1, double beta2, double weightDecay, double eps,
     double gnormScale, char *quantModeOptional, int64_t blockSize, uint64_t *workspaceSize,
     aclOpExecutor **executor) {
-  TensorView var, g, m, v, qm, qv, am, av, s;
-  Status st = view_of(varRef, kOp, "varRef", &var);
-  if (st.ok()) st = view_of(grad, kOp, "grad", &g);
-  if (st.ok()) st = view_of(mRef, kOp, "mRef", &m);
-  if (st.ok()) st = view_of(vRef, kOp, "vRef", &v);
-  if (st.ok()) st = view_of(qmapM, kOp, "qmapM", &qm);
-  if (st.ok()) st = view_of(qmapV, kOp, "qmapV", &qv);
-  if (st.ok()) st = view_of(absmaxMRef, kOp, "absmaxMRef", &am);
-  if (st.ok()) st = view_of(absmaxVRef, kOp, "absmaxVRef", &av);
-  if (st.ok()) st = view_of(step, kOp, "step", &s);
-  if (st.ok() && workspaceSize == nullptr)
-    st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
-  if (st.ok() && executor == nullptr) st = Status::NullPointer(str_cat(kOp, ": executor is null"));
-  if (st.ok() && (s.dtype != DType::kInt64 || s.ndim != 1 || s.shape[0] != 1)) {
-    st = Status::Invalid(
-        str_cat(kOp, ": step must be int64 [1], got ", dtype_name(s.dtype), " ", s.shape_string()));
-  }
-  if (st.ok() && s.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": step has no data"));
-  if (st.ok() && blockSize != kAdamWQuantBlockSize) {
-    st = Status::Invalid(str_cat(kOp, ": blockSize = ", blockSize, "; only 256 is supported"));
-  }
-  if (st.ok() && quantModeOptional != nullptr && std::strcmp(quantModeOptional, "BLOCKWISE") != 0) {
-    st = Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
-                                 "\"; only null or \"BLOCKWISE\" is supported"));
-  }
-  if (st.ok()) {
-    const std::pair<const TensorView *, const char *> outs[] = {
-        {&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}};
-    for (const auto &[t, name] : outs) {
-      if (st.ok() && t->overlaps(s))
-        st = Status::Invalid(str_cat(kOp, ": step and ", name, " overlap in memory"));
+  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    TensorView var, g, m, v, qm, qv, am, av, s;
+    Status st = view_of(varRef, kOp, "varRef", &var);
+    if (st.ok()) st = view_of(grad, kOp, "grad", &g);
+    if (st.ok()) st = view_of(mRef, kOp, "mRef", &m);
+    if (st.ok()) st = view_of(vRef, kOp, "vRef", &v);
+    if (st.ok()) st = view_of(qmapM, kOp, "qmapM", &qm);
+    if (st.ok()) st = view_of(qmapV, kOp, "qmapV", &qv);
+    if (st.ok()) st = view_of(absmaxMRef, kOp, "absmaxMRef", &am);
+    if (st.ok()) st = view_of(absmaxVRef, kOp, "absmaxVRef", &av);
+    if (st.ok()) st = view_of(step, kOp, "step", &s);
+    if (st.ok() && workspaceSize == nullptr)
+      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+    if (st.ok() && executor == nullptr)
+      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+    if (st.ok() && (s.dtype != DType::kInt64 || s.ndim != 1 || s.shape[0] != 1)) {
+      st = Status::Invalid(str_cat(kOp, ": step must be int64 [1], got ", dtype_name(s.dtype), " ",
+                                   s.shape_string()));
     }
-  }
-  ApplyAdamWQuant plan;
-  const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
-  if (st.ok()) {
-    ApplyAdamWQuantOptions options;
-    options.lr = lr;
-    options.beta1 = beta1;
-    options.beta2 = beta2;
-    options.weight_decay = weightDecay;
-    options.eps = eps;
-    options.gnorm_scale = gnormScale;
-    options.block_size = blockSize;
-    ApplyAdamWQuantProblem problem;
-    st = ApplyAdamWQuantProblem::make(tensors, options, &problem);
-    if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-    if (st.ok()) st = ApplyAdamWQuant::plan(problem, options, &plan);
-    st = with_aclnn_name(st, "ApplyAdamWQuant");
-  }
-  std::unique_ptr<aclOpExecutor> ex;
-  if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s);
-  return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+    if (st.ok() && s.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": step has no data"));
+    if (st.ok() && blockSize != kAdamWQuantBlockSize) {
+      st = Status::Invalid(str_cat(kOp, ": blockSize = ", blockSize, "; only 256 is supported"));
+    }
+    if (st.ok() && quantModeOptional != nullptr &&
+        std::strcmp(quantModeOptional, "BLOCKWISE") != 0) {
+      st = Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
+                                   "\"; only null or \"BLOCKWISE\" is supported"));
+    }
+    if (st.ok()) {
+      const std::pair<const TensorView *, const char *> outs[] = {
+          {&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}};
+      for (const auto &[t, name] : outs) {
+        if (st.ok() && t->overlaps(s))
+          st = Status::Invalid(str_cat(kOp, ": step and ", name, " overlap in memory"));
+      }
+    }
+    ApplyAdamWQuant plan;
+    const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
+    if (st.ok()) {
+      ApplyAdamWQuantOptions options;
+      options.lr = lr;
+      options.beta1 = beta1;
+      options.beta2 = beta2;
+      options.weight_decay = weightDecay;
+      options.eps = eps;
+      options.gnorm_scale = gnormScale;
+      options.block_size = blockSize;
+      ApplyAdamWQuantProblem problem;
+      st = ApplyAdamWQuantProblem::make(tensors, options, &problem);
+      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+      if (st.ok()) st = ApplyAdamWQuant::plan(problem, options, &plan);
+      st = with_aclnn_name(st, "ApplyAdamWQuant");
+    }
+    std::unique_ptr<aclOpExecutor> ex;
+    if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s);
+    return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+  });
 }
 
 extern "C" aclnnStatus aclnnApplyAdamWQuant(void *workspace, uint64_t workspaceSize,
                                             aclOpExecutor *executor, aclrtStream stream) {
-  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+  });
 }
