@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/ceilings.h"
+#include "common/parallel.h"
 #include "fusekit/lazy_adam.h"
 #include "fusekit/threading.h"
 
@@ -95,30 +96,32 @@ void rmw_floor(const Data &d, const int32_t *order, bool order_is_sorted) {
   float *m = d.m.as<float>(), *v = d.v.as<float>(), *var = d.var.as<float>();
   // The kernel's prefetch distance for this row width (lazy_adam_plan.cc).
   const int64_t kAhead = std::clamp<int64_t>(2048 / (D * 4), 2, 16);
-  const int nt = fusekit::num_threads();
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const int64_t r = order[i + kAhead];
-      for (int64_t off = 0; off < D; off += 16) {
-        __builtin_prefetch(m + r * D + off, 1);
-        __builtin_prefetch(v + r * D + off, 1);
-        __builtin_prefetch(var + r * D + off, 1);
-        __builtin_prefetch(g + (i + kAhead) * D + off, 0);
+  // The library's own thread layer (chunks from a shared counter), so that the floor and the
+  // operator use the same threads (OpenMP's would keep spinning into the operator's run).
+  fusekit::parallel_for(n, fusekit::num_threads(), 4096, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if (i + kAhead < n) {
+        const int64_t r = order[i + kAhead];
+        for (int64_t off = 0; off < D; off += 16) {
+          __builtin_prefetch(m + r * D + off, 1);
+          __builtin_prefetch(v + r * D + off, 1);
+          __builtin_prefetch(var + r * D + off, 1);
+          __builtin_prefetch(g + (i + kAhead) * D + off, 0);
+        }
+      }
+      const int64_t r = order[i];
+      // With sorted order the gradient row is some other row of the batch; any fixed one will do
+      // for a memory floor, so use position i (sequential) only when order is the batch order.
+      const float *gi = g + (order_is_sorted ? (i * 7919 % n) : i) * D;
+      float *mr = m + r * D, *vr = v + r * D, *wr = var + r * D;
+      for (int64_t j = 0; j < D; ++j) {
+        const float mo = mr[j], vo = vr[j];
+        mr[j] = gi[j];
+        vr[j] = mo;
+        wr[j] = std::max(vo, wr[j]);
       }
     }
-    const int64_t r = order[i];
-    // With sorted order the gradient row is some other row of the batch; any fixed one will do
-    // for a memory floor, so use position i (sequential) only when order is the batch order.
-    const float *gi = g + (order_is_sorted ? (i * 7919 % n) : i) * D;
-    float *mr = m + r * D, *vr = v + r * D, *wr = var + r * D;
-    for (int64_t j = 0; j < D; ++j) {
-      const float mo = mr[j], vo = vr[j];
-      mr[j] = gi[j];
-      vr[j] = mo;
-      wr[j] = std::max(vo, wr[j]);
-    }
-  }
+  });
 }
 
 double seconds_of(const std::function<void()> &fn) {

@@ -12,6 +12,7 @@
 #include "adam_w/adam_w_kernels.h"
 #include "common/hwy_dtype-inl.h"
 #include "fusekit/float16.h"
+#include "common/hwy_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
@@ -75,20 +76,11 @@ namespace fusekit {
 HWY_EXPORT(AdamWElements);
 HWY_EXPORT(TargetName);
 
-namespace {
-void init_targets() {
-  if (!hwy::GetChosenTarget().IsInitialized())
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-}
-}  // namespace
-
 AdamWElementsFn adam_w_elements_hwy() {
-  init_targets();
-  return HWY_DYNAMIC_DISPATCH(AdamWElements);
+  return FUSEKIT_HWY_DISPATCH(AdamWElements);
 }
 const char *adam_w_hwy_target() {
-  init_targets();
-  return HWY_DYNAMIC_DISPATCH(TargetName)();
+  return FUSEKIT_HWY_DISPATCH(TargetName)();
 }
 
 }  // namespace fusekit

@@ -33,6 +33,9 @@
 #include "add_lora/add_lora_kernels.h"
 #include "common/parallel.h"
 #include "fusekit/float16.h"
+// Per target (a Highway -inl.h header): LoadWide, StoreNarrow.
+#include "common/hwy_dtype-inl.h"
+#include "common/hwy_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
@@ -60,52 +63,15 @@ constexpr int64_t kDecodeCols = 256;      // output columns per decode expand it
 constexpr int64_t kDecodeItemsPerChunk = 4;  // decode expand items claimed at once
 constexpr int64_t kRowBuf = 8;  // rows of x converted at once (the per-thread buffer holds 8)
 
-// ---- loads and stores of the three element types as float32 lanes ----
-template <class D>
-HWY_INLINE hn::Vec<D> LoadF(D d, const float *p) {
-  return hn::LoadU(d, p);
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadF(D d, const float16_t *p) {
-  const hn::Rebind<hwy::float16_t, D> dh;
-  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t *>(p)));
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadF(D d, const bfloat16_t *p) {
-  const hn::Rebind<hwy::bfloat16_t, D> db;
-  return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t *>(p)));
-}
-
-template <class D>
-HWY_INLINE void StoreF(D d, hn::Vec<D> v, float *p) {
-  hn::StoreU(v, d, p);
-}
-template <class D>
-HWY_INLINE void StoreF(D /*d*/, hn::Vec<D> v, float16_t *p) {
-  const hn::Rebind<hwy::float16_t, D> dh;  // F16C / AVX-512 conversion: round to nearest even
-  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t *>(p));
-}
-// bfloat16: rounded to nearest even here (Highway 1.0.3's DemoteTo truncates on AVX2); NaN stays
-// NaN (quieted), exactly as float_to_bf16_bits.
-template <class D>
-HWY_INLINE void StoreF(D /*d*/, hn::Vec<D> v, bfloat16_t *p) {
-  const hn::RebindToUnsigned<D> du;
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint16_t, D> d16;
-  const auto bits = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
-  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
-  const auto res = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, res)), d16, reinterpret_cast<uint16_t *>(p));
-}
+// Loads and stores of the three element types as float32 lanes: LoadWide and StoreNarrow
+// (common/hwy_dtype-inl.h; the 16-bit stores round to nearest even on every target).
 
 template <typename T>
 HWY_INLINE void ConvertRow(const T *src, float *dst, int64_t n) {
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(LoadF(d, src + i), d, dst + i);
+  for (; i + N <= n; i += N) hn::StoreU(LoadWide(d, src + i), d, dst + i);
   for (; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
@@ -117,7 +83,7 @@ HWY_INLINE void EpilogueRow(const float *z, const T *y, T *out, int64_t n, float
   const auto vs = hn::Set(d, scale);
   int64_t j = 0;
   for (; j + N <= n; j += N)
-    StoreF(d, hn::Add(LoadF(d, y + j), hn::Mul(vs, hn::LoadU(d, z + j))), out + j);
+    StoreNarrow(d, hn::Add(LoadWide(d, y + j), hn::Mul(vs, hn::LoadU(d, z + j))), out + j);
   for (; j < n; ++j) out[j] = from_float<T>(to_float(y[j]) + scale * z[j]);
 }
 
@@ -225,7 +191,7 @@ HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile,
     for (int v = 0; v < kNV; ++v) {
       const int64_t j = col0 + v * N;
       if (j + N <= h2) {
-        StoreF(d, hn::Add(LoadF(d, yr[m] + j), hn::Mul(vs, acc[m][v])), outr[m] + j);
+        StoreNarrow(d, hn::Add(LoadWide(d, yr[m] + j), hn::Mul(vs, acc[m][v])), outr[m] + j);
       } else if (j < h2) {
         hn::StoreU(acc[m][v], d, buf);
         for (int64_t jj = j; jj < h2; ++jj)
@@ -245,12 +211,12 @@ HWY_INLINE float DotLong(const float *xf, const T *a, int64_t n) {
   VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   int64_t k = 0;
   for (; k + 4 * N <= n; k += 4 * N) {
-    a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadF(d, a + k), a0);
-    a1 = hn::MulAdd(hn::LoadU(d, xf + k + N), LoadF(d, a + k + N), a1);
-    a2 = hn::MulAdd(hn::LoadU(d, xf + k + 2 * N), LoadF(d, a + k + 2 * N), a2);
-    a3 = hn::MulAdd(hn::LoadU(d, xf + k + 3 * N), LoadF(d, a + k + 3 * N), a3);
+    a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadWide(d, a + k), a0);
+    a1 = hn::MulAdd(hn::LoadU(d, xf + k + N), LoadWide(d, a + k + N), a1);
+    a2 = hn::MulAdd(hn::LoadU(d, xf + k + 2 * N), LoadWide(d, a + k + 2 * N), a2);
+    a3 = hn::MulAdd(hn::LoadU(d, xf + k + 3 * N), LoadWide(d, a + k + 3 * N), a3);
   }
-  for (; k + N <= n; k += N) a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadF(d, a + k), a0);
+  for (; k + N <= n; k += N) a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadWide(d, a + k), a0);
   float z = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
   for (; k < n; ++k) z = z + xf[k] * to_float(a[k]);
   return z;
@@ -263,7 +229,7 @@ HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
   const auto N = static_cast<int64_t>(hn::Lanes(d8));
   auto acc = hn::Zero(d8);
   int64_t r = 0;
-  for (; r + N <= n; r += N) acc = hn::MulAdd(hn::LoadU(d8, t + r), LoadF(d8, b + r), acc);
+  for (; r + N <= n; r += N) acc = hn::MulAdd(hn::LoadU(d8, t + r), LoadWide(d8, b + r), acc);
   float z = hn::GetLane(hn::SumOfLanes(d8, acc));
   for (; r < n; ++r) z = z + t[r] * to_float(b[r]);
   return z;
@@ -576,14 +542,10 @@ HWY_EXPORT(AddLoraTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 AddLoraOptimizedFn add_lora_optimized() {
-  if (!hwy::GetChosenTarget().IsInitialized())
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  return HWY_DYNAMIC_DISPATCH(AddLoraRun);
+  return FUSEKIT_HWY_DISPATCH(AddLoraRun);
 }
 const char *add_lora_optimized_target() {
-  if (!hwy::GetChosenTarget().IsInitialized())
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  return HWY_DYNAMIC_DISPATCH(AddLoraTargetName)();
+  return FUSEKIT_HWY_DISPATCH(AddLoraTargetName)();
 }
 
 }  // namespace fusekit

@@ -10,6 +10,7 @@
 
 #include "apply_adam_w_quant/apply_adam_w_quant_hwy-inl.h"
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "common/hwy_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
@@ -39,21 +40,12 @@ namespace fusekit {
 HWY_EXPORT(AdamWQuantBlocks);
 HWY_EXPORT(TargetName);
 
-namespace {
-void init_targets() {
-  if (!hwy::GetChosenTarget().IsInitialized())
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-}
-}  // namespace
-
 // Looked up on each call (one table read) so that tests can switch targets.
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy() {
-  init_targets();
-  return HWY_DYNAMIC_DISPATCH(AdamWQuantBlocks);
+  return FUSEKIT_HWY_DISPATCH(AdamWQuantBlocks);
 }
 const char *adam_w_quant_hwy_target() {
-  init_targets();
-  return HWY_DYNAMIC_DISPATCH(TargetName)();
+  return FUSEKIT_HWY_DISPATCH(TargetName)();
 }
 
 }  // namespace fusekit

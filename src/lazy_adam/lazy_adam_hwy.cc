@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "lazy_adam/lazy_adam_kernels.h"
+#include "common/hwy_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
@@ -132,14 +133,10 @@ HWY_EXPORT(LazyAdamTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 LazyAdamRowsFn lazy_adam_rows_optimized() {
-  if (!hwy::GetChosenTarget().IsInitialized())
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  return HWY_DYNAMIC_DISPATCH(LazyAdamRows);
+  return FUSEKIT_HWY_DISPATCH(LazyAdamRows);
 }
 const char *lazy_adam_optimized_target() {
-  if (!hwy::GetChosenTarget().IsInitialized())
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  return HWY_DYNAMIC_DISPATCH(LazyAdamTargetName)();
+  return FUSEKIT_HWY_DISPATCH(LazyAdamTargetName)();
 }
 
 }  // namespace fusekit
