@@ -10,9 +10,9 @@
 #include <cmath>
 
 #include "adam_w/adam_w_kernels.h"
+#include "common/hwy_dispatch.h"
 #include "common/hwy_dtype-inl.h"
 #include "fusekit/float16.h"
-#include "common/hwy_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {

@@ -34,8 +34,8 @@
 #include "common/parallel.h"
 #include "fusekit/float16.h"
 // Per target (a Highway -inl.h header): LoadWide, StoreNarrow.
-#include "common/hwy_dtype-inl.h"
 #include "common/hwy_dispatch.h"
+#include "common/hwy_dtype-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {

@@ -17,6 +17,7 @@ inline void ensure_hwy_target_chosen() {
 
 }  // namespace fusekit
 
-#define FUSEKIT_HWY_DISPATCH(name) (::fusekit::ensure_hwy_target_chosen(), HWY_DYNAMIC_DISPATCH(name))
+#define FUSEKIT_HWY_DISPATCH(name) \
+  (::fusekit::ensure_hwy_target_chosen(), HWY_DYNAMIC_DISPATCH(name))
 
 #endif  // FUSEKIT_COMMON_HWY_DISPATCH_H_

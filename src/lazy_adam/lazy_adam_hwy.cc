@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include "lazy_adam/lazy_adam_kernels.h"
 #include "common/hwy_dispatch.h"
+#include "lazy_adam/lazy_adam_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
