@@ -21,14 +21,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "fusekit/export.h"
-
 namespace fusekit {
 
 using ChunkFn = void (*)(void *ctx, int64_t chunk, int worker);
 
-// The type-erased entry point (exported for the tests).
-FUSEKIT_API void parallel_chunks_raw(int64_t chunks, int threads, ChunkFn fn, void *ctx);
+// The type-erased entry point.
+void parallel_chunks_raw(int64_t chunks, int threads, ChunkFn fn, void *ctx);
 
 template <typename Fn>
 void parallel_chunks(int64_t chunks, int threads, Fn &&fn) {
@@ -65,7 +63,7 @@ void parallel_for(int64_t n, int threads, int64_t grain, Fn &&fn) {
 }
 
 // The number of helper threads started by this thread so far (tests).
-FUSEKIT_API int parallel_helpers_started();
+int parallel_helpers_started();
 
 }  // namespace fusekit
 

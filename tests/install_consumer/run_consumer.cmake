@@ -9,7 +9,9 @@ function(run)
   message(STATUS "${out}")
 endfunction()
 run(${CMAKE_COMMAND} --install ${FUSEKIT_BUILD_DIR} --prefix ${prefix})
-foreach(h acl/acl.h aclnnop/aclnn_lazy_adam.h fusekit/lazy_adam.h lib/cmake/fusekit/fusekitConfig.cmake)
+# The aclnn/acl headers under include/fusekit/cann (never include/acl: a CANN install owns that).
+foreach(h fusekit/cann/acl/acl.h fusekit/cann/aclnnop/aclnn_lazy_adam.h fusekit/lazy_adam.h
+          lib/cmake/fusekit/fusekitConfig.cmake)
   if(h MATCHES "^lib/")
     file(GLOB found ${prefix}/lib*/cmake/fusekit/fusekitConfig.cmake)
   else()
@@ -19,6 +21,9 @@ foreach(h acl/acl.h aclnnop/aclnn_lazy_adam.h fusekit/lazy_adam.h lib/cmake/fuse
     message(FATAL_ERROR "not installed: ${h}")
   endif()
 endforeach()
+if(EXISTS ${prefix}/include/acl OR EXISTS ${prefix}/include/aclnn)
+  message(FATAL_ERROR "include/acl or include/aclnn installed: they would shadow CANN's headers")
+endif()
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release
     "-DCMAKE_CXX_FLAGS=${CONSUMER_FLAGS}")

@@ -50,7 +50,8 @@ def main():
     exe = os.path.join(a.work, f"seed_{a.op}")
     libdir = next(os.path.join(prefix, d) for d in ("lib", "lib64") if os.path.isdir(os.path.join(prefix, d)))
     # Built as a user would: the seed's code as it is, our installed headers and library.
-    run([a.cxx, "-std=c++17", "-O1", *a.cxxflags.split(), src, "-I", os.path.join(prefix, "include"), "-L", libdir,
+    run([a.cxx, "-std=c++17", "-O1", *a.cxxflags.split(), src, "-I", os.path.join(prefix, "include"),
+         "-I", os.path.join(prefix, "include", "fusekit", "cann"), "-L", libdir,
          f"-Wl,-rpath,{libdir}", "-lfusekit", "-o", exe])
     out = run([exe]).stdout
     sys.stdout.write(out)
