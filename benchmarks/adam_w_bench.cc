@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/ceilings.h"
@@ -34,7 +35,7 @@ void fill(float *p, int64_t n, uint64_t seed, float scale) {
   }
 }
 
-void BM_AdamW(benchmark::State &state) {
+void BM_AdamW(benchmark::State &state, const char *implementation = nullptr) {
   DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4),
       m(static_cast<size_t>(kN) * 4), v(static_cast<size_t>(kN) * 4);
   fill(var.as<float>(), kN, 1, 1.0f);
@@ -45,6 +46,7 @@ void BM_AdamW(benchmark::State &state) {
   for (int64_t i = 0; i < kN; ++i) v.as<float>()[i] *= v.as<float>()[i] < 0 ? -1.0f : 1.0f;
   fusekit::AdamWOptions o;
   o.weight_decay = 0.01;
+  o.implementation = implementation;
   fusekit::AdamW plan;
   int64_t n = kN;
   const fusekit::Status st =
@@ -65,6 +67,18 @@ void BM_AdamW(benchmark::State &state) {
   state.counters["elements"] = static_cast<double>(kN);
   state.SetLabel(plan.implementation());
 }
+
+// Each implementation of the list (the reference: the plain scalar loop).
+const bool registered_implementations = [] {
+  for (const std::string &impl : fusekit::AdamW::implementations()) {
+    benchmark::RegisterBenchmark(("BM_AdamWImplementation/" + impl).c_str(),
+                                 [impl](benchmark::State &state) { BM_AdamW(state, impl.c_str()); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(impl == "cpu_reference" ? 3 : 10);
+  }
+  return true;
+}();
 
 // 256 float32 elements: what a run costs besides the arithmetic.
 struct Tiny {
@@ -119,7 +133,5 @@ void BM_AdamWFreshPlan(benchmark::State &state) {
 BENCHMARK_CAPTURE(BM_AdamWPlanReuse, auto, nullptr) -> Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_AdamWPlanReuse, cpu_reference, "cpu_reference")->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWFreshPlan)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_AdamW)
-    ->Name("BM_AdamW/float32_fused_step")
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_AdamW, auto, nullptr) -> Name("BM_AdamW/float32_fused_step")
+    -> Unit(benchmark::kMillisecond) -> UseRealTime();

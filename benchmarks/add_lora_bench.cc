@@ -55,7 +55,8 @@ struct Setup {
   DeviceBuffer x, y, wa, wb, idx;
   std::vector<AddLora> plans;  // one per layer
   size_t ws_bytes = 0;
-  explicit Setup(const Problem &pr, fusekit::AddLoraPath path = fusekit::AddLoraPath::kAuto)
+  explicit Setup(const Problem &pr, fusekit::AddLoraPath path = fusekit::AddLoraPath::kAuto,
+                 const char *implementation = nullptr)
       : p(pr),
         es(fusekit::dtype_size(pr.dt)),
         x(static_cast<size_t>(pr.b * pr.h) * es),
@@ -78,6 +79,7 @@ struct Setup {
       o.layer_idx = l;
       o.scale = 0.5;
       o.path = path;
+      o.implementation = implementation;
       AddLora plan;
       const auto st = AddLora::plan(vy, TensorView::contiguous(x.ptr, p.dt, {p.b, p.h}),
                                     TensorView::contiguous(wb.ptr, p.dt, {p.w, p.layers, p.h, p.r}),
@@ -162,6 +164,30 @@ BENCHMARK(BM_AddLoraDecode)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.5);
+
+// Each implementation of the list on both shapes (float16, R = 16): the reference is the plain
+// scalar loop on one thread.
+void BM_AddLoraImplementation(benchmark::State &state, const std::string &impl, bool decode) {
+  Setup s(decode ? Problem{32, 4096, 16, 32, 8, DType::kFloat16}
+                 : Problem{4096, 4096, 16, 4, 1, DType::kFloat16},
+          fusekit::AddLoraPath::kAuto, impl.c_str());
+  run_and_report(state, s, decode);
+  state.SetLabel(impl + (decode ? " decode" : " prefill"));
+}
+
+const bool registered_implementations = [] {
+  for (const std::string &impl : AddLora::implementations()) {
+    for (bool decode : {true, false}) {
+      benchmark::RegisterBenchmark(
+          ("BM_AddLoraImplementation/" + impl + (decode ? "/decode" : "/prefill")).c_str(),
+          BM_AddLoraImplementation, impl, decode)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(impl == "cpu_reference" ? 2 : 20);
+    }
+  }
+  return true;
+}();
 
 // One token, tiny shapes (B = 1, H1 = H2 = H3 = 64, R = 16, W = 4, float16, in place): what a
 // call costs besides the arithmetic. "us_per_call" per call.

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/adam_arithmetic.h"
@@ -91,11 +92,13 @@ struct QuantData {
   }
 };
 
-void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch search) {
+void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch search,
+                        const char *implementation = nullptr) {
   QuantData d(t);
   fusekit::ApplyAdamWQuantOptions o;
   o.weight_decay = 0.01;
   o.search = search;
+  o.implementation = implementation;
   fusekit::ApplyAdamWQuant plan;
   const fusekit::Status st = fusekit::ApplyAdamWQuant::plan(
       d.flat(d.var, t, kN), d.flat(d.grad, t, kN), d.flat(d.m, DType::kUInt8, kN),
@@ -115,7 +118,24 @@ void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch s
   const double bytes_per_elem = t == DType::kFloat32 ? 16.0 : 10.0;
   fusekit::bench::report_bandwidth(state, bytes_per_elem * static_cast<double>(kN));
   state.counters["elements"] = static_cast<double>(kN);
+  state.SetLabel(plan.implementation());
 }
+
+// Each implementation of the list that this machine runs, float32 (the reference: the plain
+// scalar loop).
+const bool registered_implementations = [] {
+  for (const std::string &impl : fusekit::ApplyAdamWQuant::implementations()) {
+    benchmark::RegisterBenchmark(("BM_ApplyAdamWQuantImplementation/" + impl).c_str(),
+                                 [impl](benchmark::State &state) {
+                                   BM_ApplyAdamWQuant(state, DType::kFloat32,
+                                                      fusekit::QuantSearch::kAuto, impl.c_str());
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(impl == "cpu_reference" ? 2 : 10);
+  }
+  return true;
+}();
 
 #if defined(FUSEKIT_BENCH_WITH_ADAM_W)
 void BM_AdamW(benchmark::State &state) {

@@ -23,9 +23,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # some of them also measure).
 CASES = {
     "lazy_adam": r"^BM_LazyAdam(/|WithRepeats/|PlanReuse)",
-    "adam_w": r"^BM_AdamW",
-    "apply_adam_w_quant": r"^BM_(ApplyAdamWQuant|AdamW)",
-    "add_lora": r"^BM_AddLora",
+    "adam_w": r"^BM_AdamW(/|PlanReuse)",
+    "apply_adam_w_quant": r"^BM_ApplyAdamWQuant(/|PlanReuse)",
+    "add_lora": r"^BM_AddLora(Prefill|Decode|PlanReuse)",
 }
 
 SPIN = ["sh", "-c", "while :; do :; done"]
