@@ -1,7 +1,8 @@
 """ApplyAdamWQuant golden data: inputs for the seed's operator and its golden outputs computed in
 NumPy float32 with the formula of spec/apply_adam_w_quant.md (CANN's kernel: t = step + 1, eps
 scaled by sqrt(1 - beta2^t), weight decay after the step; nearest code with ties to the lower
-index; the sign fix for m; blocks with a non-finite gradient left unchanged).
+index; the sign fix for m; a block whose gradient, or whose new m, v or var as stored, would be NaN
+or Inf is left unchanged).
 
 Also the dynamic quantization maps (bitsandbytes' create_dynamic_map construction), so that a
 script can start from nothing: create_dynamic_map(signed=True) / (signed=False)."""
@@ -125,7 +126,7 @@ def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, ep
 
     w0 = blocks(widen(var, dtype), 0)
     g = blocks(widen(grad, dtype), 0)
-    finite = np.all(np.isfinite(g), axis=1)
+    grad_finite = np.all(np.isfinite(g), axis=1)
     g = g * gs
     mm = qm[blocks(m, 0)] * am[:, None]
     vv = qv[blocks(v, 0)] * av[:, None]
@@ -134,6 +135,10 @@ def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, ep
     w = w0 + (mm * step_size) / (np.sqrt(vv) + eps_c2s)
     if wd > 0:
         w = w * decay
+    # The guard on what the step produces: every new m, v and var (as stored) of the block finite.
+    stored_w = widen(narrow(w.ravel(), dtype), dtype).reshape(nb, BLOCK)
+    produced = np.isfinite(mm) & np.isfinite(vv) & np.isfinite(stored_w)
+    finite = grad_finite & np.all(np.where(valid, produced, True), axis=1)
     new_am = np.max(np.where(valid, np.abs(mm), F32(0)), axis=1) + F32(0)
     new_av = np.max(np.where(valid, vv, F32(-np.inf)), axis=1) + F32(0)
     div_m = np.where(new_am == 0, F32(1), new_am)[:, None]
@@ -141,7 +146,7 @@ def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, ep
     new_mc = nearest_code(qm, (mm / div_m).astype(F32), True)
     new_vc = nearest_code(qv, (vv / div_v).astype(F32), False)
 
-    # Non-finite blocks keep everything.
+    # Blocks that fail the guard keep everything.
     out_var = np.where(finite[:, None], narrow(w.ravel(), dtype).reshape(nb, BLOCK).view(var.dtype),
                        blocks(var, 0)).ravel()[:n]
     out_m = np.where(finite[:, None], new_mc, blocks(m, 0)).ravel()[:n]

@@ -11,7 +11,11 @@
 //     var = var + (m * step_size) / (sqrt(v) + eps * c2s)
 //     if weight_decay > 0: var = var * (1 - lr * weight_decay)       (after the Adam step)
 //
-// An element whose gradient is NaN or Inf is left unchanged and counted. See docs/adam_w.md.
+// The guard on what a step produces: an element whose new m, v or var (var as its dtype stores it:
+// float16 overflows from 65520, bfloat16 from 3.3961776e38) would be NaN or Inf is left unchanged
+// (var, m and v) and counted; a NaN or Inf gradient is one case, and so are a finite gradient whose
+// square or scaled value overflows, and non-finite state. eps must be at least 2^-114
+// (4.81482486e-35) in float32, so that eps * c2s >= 2^-126 is never 0. See docs/adam_w.md.
 //
 // An AdamWProblem (shapes, dtypes, attributes) is validated once; AdamW::plan() picks an
 // implementation ("cpu_hwy", "cpu_reference"); run() binds the tensors and the step of one run,
@@ -38,7 +42,7 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double weight_decay = 0.0;
-  double eps = 1e-8;
+  double eps = 1e-8;  // >= 2^-114 (4.81482486e-35) in float32, else kInvalidArgument
   double gnorm_scale = 1.0;
   KernelChoice kernel = KernelChoice::kAuto;
   int num_threads = 0;                   // 0: fusekit::num_threads() when the plan is made
@@ -46,7 +50,9 @@ struct AdamWOptions {
 };
 
 struct AdamWStats {
-  int64_t elements_skipped_nonfinite = 0;  // left unchanged: NaN or Inf gradient
+  // Left unchanged: a new m, v or var (as stored) would be NaN or Inf (a NaN or Inf gradient, an
+  // overflow of the step, non-finite state).
+  int64_t elements_skipped_nonfinite = 0;
 };
 
 // The tensors of one run. var, grad: float32, float16 or bfloat16 (the same), contiguous, n

@@ -17,7 +17,12 @@
 //   for m the sign fix (see docs/apply_adam_w_quant.md).
 //
 // This is CANN's kernel (t = step + 1, decay after the step), not the seed document's formula.
-// A block whose gradient holds NaN or Inf is left bit-for-bit unchanged and counted. See
+// The guard on what a step produces: a block whose new m, v, absmax or var (var as its dtype stores
+// it: float16 overflows from 65520, bfloat16 from 3.3961776e38) would be NaN or Inf is left
+// bit-for-bit unchanged (var, codes, absmax) and counted; a NaN or Inf gradient is one case, and so
+// are a finite gradient whose square or scaled value overflows, and non-finite state (a NaN or
+// infinite absmax or var). eps must be at least 2^-114 (4.81482486e-35) in float32, so that
+// eps * c2s >= 2^-126 is never 0 (c2s >= 2^-12 for every beta2 < 1 and step). See
 // docs/apply_adam_w_quant.md.
 //
 // An ApplyAdamWQuantProblem (shapes, dtypes, strides, attributes) is validated once;
@@ -72,7 +77,7 @@ struct ApplyAdamWQuantOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double weight_decay = 0.0;
-  double eps = 1e-8;
+  double eps = 1e-8;  // >= 2^-114 (4.81482486e-35) in float32, else kInvalidArgument
   double gnorm_scale = 1.0;
   int64_t block_size = kAdamWQuantBlockSize;  // must be 256
   KernelChoice kernel = KernelChoice::kAuto;
@@ -85,7 +90,9 @@ struct ApplyAdamWQuantOptions {
 
 struct ApplyAdamWQuantStats {
   int64_t blocks_updated = 0;
-  int64_t blocks_skipped_nonfinite = 0;  // left bit-for-bit unchanged: NaN or Inf in the gradient
+  // Left bit-for-bit unchanged: a new m, v, absmax or var (as stored) would be NaN or Inf (a NaN
+  // or Inf gradient, an overflow of the step, non-finite state).
+  int64_t blocks_skipped_nonfinite = 0;
 };
 
 // The tensors of one run. var, grad: float32, float16 or bfloat16 (the same), 1 to 8 dimensions, n

@@ -1,13 +1,16 @@
 // AdamW, the cpu_hwy implementation's kernel: Highway SIMD over the elements, compiled for every
 // x86 target Highway builds and dispatched at run time. The same float32 operations in the same
 // order as the reference kernel (common/hwy_dtype-inl.h's AdamVectors; no FMA), so results are
-// bitwise equal; a vector with a non-finite gradient lane is done element by element.
+// bitwise equal. Each vector's new m, v and var are computed in registers and checked before
+// anything is stored; a vector where one of them would be NaN or Inf (as stored) is redone element
+// by element, leaving those elements unchanged (common/adam_update.h).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "adam_w/adam_w_hwy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include <cmath>
+#include <bit>
+#include <limits>
 
 #include "adam_w/adam_w_kernels.h"
 #include "common/hwy_dispatch.h"
@@ -25,26 +28,33 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
-  const auto zero = hn::Zero(df);
   const AdamVectors<decltype(df)> adam(df, a);
+  // |x| < limit is false for NaN, for Inf and, for var, for what its dtype would store as Inf.
+  const auto inf = hn::Set(df, std::numeric_limits<float>::infinity());
+  const auto var_limit = hn::Set(df, std::bit_cast<float>(adam_stored_finite_limit<T>()));
   int64_t skipped = 0;
   auto scalar = [&](int64_t i) {
-    const float gr = to_float(grad[i]);
-    if (!std::isfinite(gr)) {
+    float m = a.m[i], v = a.v[i];
+    const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
+    if (!adam_produced_finite<T>(m, v, w)) {
       ++skipped;
       return;
     }
-    var[i] = from_float<T>(adam_update(a, gr, &a.m[i], &a.v[i], to_float(var[i])));
+    a.m[i] = m;
+    a.v[i] = v;
+    var[i] = from_float<T>(w);
   };
   int64_t i = begin;
   for (; i + N <= end; i += N) {
-    const auto gr = LoadWide(df, grad + i);
-    if (!hn::AllTrue(df, hn::Eq(hn::Mul(gr, zero), zero))) {
+    auto m = hn::LoadU(df, a.m + i), v = hn::LoadU(df, a.v + i);
+    const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
+    const auto ok = hn::And(hn::And(hn::Lt(hn::Abs(m), inf), hn::Lt(hn::Abs(v), inf)),
+                            hn::Lt(hn::Abs(w), var_limit));
+    if (!hn::AllTrue(df, ok)) {
       for (int64_t k = i; k < i + N; ++k) scalar(k);
       continue;
     }
-    auto m = hn::LoadU(df, a.m + i), v = hn::LoadU(df, a.v + i);
-    StoreNarrow(df, adam.Update(gr, m, v, LoadWide(df, var + i)), var + i);
+    StoreNarrow(df, w, var + i);
     hn::StoreU(m, df, a.m + i);
     hn::StoreU(v, df, a.v + i);
   }

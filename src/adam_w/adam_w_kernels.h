@@ -8,7 +8,6 @@
 
 #include "common/adam_update.h"
 #include "fusekit/dtype.h"
-#include "fusekit/export.h"
 
 namespace fusekit {
 
@@ -21,7 +20,8 @@ struct AdamWArgs : AdamScalars {
   DType dtype;
 };
 
-// Returns the number of elements skipped (non-finite gradient).
+// Returns the number of elements skipped: left unchanged because their new m, v or var (as stored)
+// would be NaN or Inf (common/adam_update.h; a NaN or Inf gradient is one case).
 using AdamWElementsFn = int64_t (*)(const AdamWArgs &args, int64_t begin, int64_t end);
 
 // The plain scalar kernel (adam_w_reference.cc).
@@ -29,7 +29,7 @@ int64_t adam_w_elements_reference(const AdamWArgs &args, int64_t begin, int64_t 
 // The Highway kernel (adam_w_hwy.cc), dispatched to the best target Highway built that this CPU
 // runs; looked up on each call so that tests can switch targets.
 AdamWElementsFn adam_w_elements_hwy();
-FUSEKIT_API const char *adam_w_hwy_target();  // exported for the tests
+const char *adam_w_hwy_target();
 
 }  // namespace fusekit
 

@@ -1,7 +1,6 @@
 // AdamW, the plain scalar kernel (cpu_reference): one element at a time, the same float32
-// operations in the same order as the SIMD kernel (bitwise equal).
-#include <cmath>
-
+// operations in the same order as the SIMD kernel (bitwise equal). An element whose new m, v or
+// var would be NaN or Inf (a non-finite gradient is one case) is left unchanged and counted.
 #include "adam_w/adam_w_kernels.h"
 #include "fusekit/float16.h"
 
@@ -14,12 +13,15 @@ int64_t adam_w_elements(const AdamWArgs &a, int64_t begin, int64_t end) {
   const auto *grad = static_cast<const T *>(a.grad);
   int64_t skipped = 0;
   for (int64_t i = begin; i < end; ++i) {
-    const float gr = to_float(grad[i]);
-    if (!std::isfinite(gr)) {
+    float m = a.m[i], v = a.v[i];
+    const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
+    if (!adam_produced_finite<T>(m, v, w)) {
       ++skipped;
       continue;
     }
-    var[i] = from_float<T>(adam_update(a, gr, &a.m[i], &a.v[i], to_float(var[i])));
+    a.m[i] = m;
+    a.v[i] = v;
+    var[i] = from_float<T>(w);
   }
   return skipped;
 }

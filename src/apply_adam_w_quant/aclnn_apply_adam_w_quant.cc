@@ -33,7 +33,8 @@ class ApplyAdamWQuantExecutor final : public aclOpExecutor {
     if (st.ok() && stats.blocks_skipped_nonfinite > 0) {
       *warning =
           str_cat(kOp, ": warning: ", stats.blocks_skipped_nonfinite, " of ", plan_.num_blocks(),
-                  " blocks were left unchanged because their gradient is not finite");
+                  " blocks were left unchanged because their gradient, or the new m, v, absmax "
+                  "or var the step would give them, is not finite");
     }
     return st;
   }

@@ -100,29 +100,6 @@ FUSEKIT_AWQ_VBMI HWY_INLINE void Dequant64(const BytePlanes &bp, __m512i codes, 
   out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(hi01, hi23));
 }
 
-// True when a full block's gradient is finite (on the storage bits: exponent not all ones).
-FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float *g) {
-  __m512i acc = _mm512_setzero_si512();
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  for (int j = 0; j < kBlock; j += 16)
-    acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(g + j), abs_mask));
-  return _mm512_cmpge_epu32_mask(acc, _mm512_set1_epi32(0x7f800000)) == 0;
-}
-FUSEKIT_AWQ_VBMI HWY_INLINE bool Finite16(const void *g, int exp_all_ones) {
-  __m512i acc = _mm512_setzero_si512();
-  const __m512i abs_mask = _mm512_set1_epi16(0x7fff);
-  const auto *p = static_cast<const uint16_t *>(g);
-  for (int j = 0; j < kBlock; j += 32)
-    acc = _mm512_max_epu16(acc, _mm512_and_si512(_mm512_loadu_si512(p + j), abs_mask));
-  return _mm512_cmpge_epu16_mask(acc, _mm512_set1_epi16(static_cast<int16_t>(exp_all_ones))) == 0;
-}
-FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const bfloat16_t *g) {
-  return Finite16(g, 0x7f80);
-}
-FUSEKIT_AWQ_VBMI HWY_INLINE bool BlockFinite(const float16_t *g) {
-  return Finite16(g, 0x7c00);
-}
-
 // The count of thresholds <= x by an 8-level branch-free binary search with the thresholds held in
 // registers. The path is kept bit-reversed (level l's outcome in bit l - 1), so that it indexes the
 // next level's table directly: level l's table lists, for each path r of l - 1 bits, the threshold
@@ -524,8 +501,11 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, const 
     search_v = pt.search_v;
   }
   const AdamVectors<decltype(df)> adam(df, a);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i var_limit = _mm512_set1_epi32(static_cast<int32_t>(adam_stored_finite_limit<T>()));
   alignas(64) float m_new[kBlock];
   alignas(64) float v_new[kBlock];
+  alignas(64) float w_new[kBlock];
   int64_t skipped = 0;
   for (int64_t b = begin; b < end; ++b) {
     const int64_t lo = b * kBlock;
@@ -533,15 +513,14 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, const 
       skipped += QuantBlocks<T>(a, b, b + 1);
       continue;
     }
-    if (!BlockFinite(grad + lo)) {
-      ++skipped;
-      continue;
-    }
+    // The update into the buffers, nothing stored; then the guard (GuardedBlock, as the generic
+    // kernel: var's largest magnitude bits and the two maxima).
     float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const __m512 vscale_m = _mm512_set1_ps(*absmax_m), vscale_v = _mm512_set1_ps(*absmax_v);
     __m512 acc_m = _mm512_setzero_ps();
     __m512 acc_v = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512i acc_w = _mm512_setzero_si512();
     for (int64_t j0 = 0; j0 < kBlock; j0 += 64) {
       __m512 qm[4], qv[4];
       Dequant64(pm, _mm512_loadu_si512(a.m + lo + j0), qm);
@@ -549,15 +528,24 @@ FUSEKIT_AWQ_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, const 
       for (int k = 0; k < 4; ++k) {
         const int64_t j = j0 + 16 * k, i = lo + j;
         hn::Vec512<float> m{_mm512_mul_ps(qm[k], vscale_m)}, v{_mm512_mul_ps(qv[k], vscale_v)};
-        StoreNarrow(df, adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i)), var + i);
+        const hn::Vec512<float> w =
+            adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
+        _mm512_store_ps(w_new + j, w.raw);
         _mm512_store_ps(m_new + j, m.raw);
         _mm512_store_ps(v_new + j, v.raw);
         acc_m = _mm512_max_ps(_mm512_abs_ps(m.raw), acc_m);
         acc_v = _mm512_max_ps(v.raw, acc_v);
+        acc_w = _mm512_max_epi32(acc_w, _mm512_and_si512(_mm512_castps_si512(w.raw), magnitude));
       }
     }
     float max_m = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_m}));
     float max_v = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_v}));
+    if (!GuardedBlock(_mm512_cmpge_epi32_mask(acc_w, var_limit) == 0, max_m, max_v)) {
+      ++skipped;
+      continue;
+    }
+    for (int64_t j = 0; j < kBlock; j += 16)
+      StoreNarrow(df, hn::Vec512<float>{_mm512_load_ps(w_new + j)}, var + lo + j);
     max_m = max_m + 0.0f;
     max_v = max_v + 0.0f;
     *absmax_m = max_m;

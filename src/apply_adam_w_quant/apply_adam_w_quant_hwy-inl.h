@@ -4,10 +4,12 @@
 // last block, and some maps' sign fix, through these). The same float32 operations in the same
 // order as the reference kernel (no FMA), so results are bitwise equal.
 //
-// Per block: (1) a finite check of the gradient; (2) dequantize (a gather from the 256-float map),
-// the Adam update, var stored, the new m and v kept in two 1 KiB buffers, their block maxima;
-// (3) requantize: the nearest code by a table lookup over the normalized value's float bits and
-// one or two comparisons with the decision thresholds (or, without the table, 8 branch-free steps).
+// Per block: (1) dequantize (a gather from the 256-float map), the Adam update, the new m, v and
+// var kept in three 1 KiB buffers, their block maxima (and var's largest magnitude); (2) the guard:
+// a block whose new m, v or var (as stored) would be NaN or Inf is left unchanged and counted
+// (GuardedBlock below; a NaN or Inf gradient is one case); (3) var stored, and requantize: the
+// nearest code by a table lookup over the normalized value's float bits and one or two comparisons
+// with the decision thresholds (or, without the table, 8 branch-free steps).
 //
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
@@ -137,6 +139,22 @@ inline bool recip_ok(const QuantMapTables &t, float div) {
   return t.packed != nullptr && div >= 0x1p-126f && div <= 0x1p126f;
 }
 
+// The guard of a block, from what the update loop gathered: `var_bits`, the largest magnitude bits
+// of the new var (NaN above Inf); the block maxima max |m| and max v. It is the reference kernel's
+// check (every new m, v and var finite as stored) made from the block's maxima:
+//  - a var at or above its dtype's limit shows in var_bits;
+//  - a NaN m, and a v that is NaN, -Inf or negative, make that element's var NaN (m * step_size;
+//    sqrt(v)), so they show in var_bits too;
+//  - an m of +-Inf or a v of +Inf makes its maximum +Inf (Max keeps +Inf; it drops NaN lanes,
+//    which var_bits has caught).
+// So this holds exactly where the reference's check holds. The maxima reduced over lanes by
+// MaxOfLanes are used only where it holds: EMU128's MaxOfLanes starts from -FLT_MAX, not -Inf, and
+// differs only when every lane is -Inf (every v seen NaN or -Inf), which the guard refuses.
+HWY_INLINE bool GuardedBlock(bool var_ok, float max_m, float max_v) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  return var_ok && max_m < kInf && max_v < kInf;
+}
+
 template <typename T>
 int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
@@ -147,71 +165,80 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const auto *grad = static_cast<const T *>(a.grad);
   const auto zero = hn::Zero(df);
   const AdamVectors<decltype(df)> adam(df, a);
+  const auto magnitude = hn::Set(di, 0x7fffffff);
+  const auto var_limit = hn::Set(di, static_cast<int32_t>(adam_stored_finite_limit<T>()));
   HWY_ALIGN float m_new[kBlock];
   HWY_ALIGN float v_new[kBlock];
+  HWY_ALIGN float w_new[kBlock];
   int64_t skipped = 0;
 
   for (int64_t b = begin; b < end; ++b) {
     const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
     const int64_t vec_len = len / N * N;
-    // (1) Finite check: g * 0 is 0 for finite g and NaN for Inf or NaN.
-    auto acc = zero;
-    for (int64_t j = 0; j < vec_len; j += N)
-      acc = hn::Add(acc, hn::Mul(LoadWide(df, grad + lo + j), zero));
-    bool finite = hn::AllTrue(df, hn::Eq(acc, zero));
-    for (int64_t j = vec_len; j < len; ++j)
-      finite = finite && std::isfinite(to_float(grad[lo + j]));
-    if (!finite) {
-      ++skipped;
-      continue;
-    }
-    // (2) The Adam update.
+    // (1) The Adam update into the buffers; nothing is stored yet.
     float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
     const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
     auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
+    auto acc_w = hn::Zero(di);
     for (int64_t j = 0; j < vec_len; j += N) {
       const int64_t i = lo + j;
       const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
       const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
       auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
       auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
-      StoreNarrow(df, adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i)), var + i);
+      const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
       hn::Store(m, df, m_new + j);
       hn::Store(v, df, v_new + j);
+      hn::Store(w, df, w_new + j);
       acc_m = hn::Max(hn::Abs(m), acc_m);
       acc_v = hn::Max(v, acc_v);
+      acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
     }
-    float max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
-    float max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+    float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
+    bool var_ok = true;
+    if (vec_len > 0) {
+      max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
+      max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+      var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
+    }
     for (int64_t j = vec_len; j < len; ++j) {
       const int64_t i = lo + j;
       float m = a.map_m.q[a.m[i]] * scale_m;
       float v = a.map_v.q[a.v[i]] * scale_v;
-      var[i] = from_float<T>(adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i])));
+      const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
+      var_ok = var_ok && adam_produced_finite<T>(m, v, w);
       m_new[j] = m;
       v_new[j] = v;
+      w_new[j] = w;
       max_m = std::max(max_m, std::fabs(m));
       max_v = std::max(max_v, v);
     }
+    // (2) The guard.
+    if (!GuardedBlock(var_ok, max_m, max_v)) {
+      ++skipped;
+      continue;
+    }
+    // (3) Store var and absmax; requantize.
     max_m = max_m + 0.0f;
     max_v = max_v + 0.0f;
     *absmax_m = max_m;
     *absmax_v = max_v;
-    // (3) Requantize.
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
     const float div_v = max_v == 0.0f ? 1.0f : max_v;
     const auto vdiv_m = hn::Set(df, div_m), vdiv_v = hn::Set(df, div_v);
     const bool recip_m = recip_ok(a.map_m, div_m), recip_v = recip_ok(a.map_v, div_v);
     const auto vrecip_m = hn::Set(df, 1.0f / div_m), vrecip_v = hn::Set(df, 1.0f / div_v);
     for (int64_t j = 0; j < vec_len; j += N) {
+      StoreNarrow(df, hn::Load(df, w_new + j), var + lo + j);
       const auto cm = BlockCodes(df, a.map_m, hn::Load(df, m_new + j), vdiv_m, recip_m, vrecip_m);
       const auto cv = BlockCodes(df, a.map_v, hn::Load(df, v_new + j), vdiv_v, recip_v, vrecip_v);
       hn::StoreU(hn::DemoteTo(d8, cm), d8, a.m + lo + j);
       hn::StoreU(hn::DemoteTo(d8, cv), d8, a.v + lo + j);
     }
     for (int64_t j = vec_len; j < len; ++j) {
+      var[lo + j] = from_float<T>(w_new[j]);
       a.m[lo + j] = quant_code_reference(a.map_m, m_new[j] / div_m);
       a.v[lo + j] = quant_code_reference(a.map_v, v_new[j] / div_v);
     }

@@ -11,7 +11,6 @@
 
 #include "common/adam_update.h"
 #include "fusekit/dtype.h"
-#include "fusekit/export.h"
 
 namespace fusekit {
 
@@ -46,24 +45,24 @@ struct QuantMapTables {
 };
 
 // Bytes of one map's tables (aligned to 64), with or without the lookup table.
-FUSEKIT_API size_t quant_tables_bytes(bool with_lut);  // exported for the tests
+size_t quant_tables_bytes(bool with_lut);
 // Bytes of the search part alone (q, thr, first), at the start of the tables.
 inline constexpr size_t kQuantSearchBytes = 3072;
 // Bytes of the lookup part alone (packed or count table), after the search part.
-FUSEKIT_API size_t quant_lut_bytes();
+size_t quant_lut_bytes();
 // Builds one map's tables in `mem` (quant_tables_bytes(with_lut) bytes, 64-aligned). `q` holds 256
 // ascending finite floats; `q_stride` is in elements. `for_m`: the sign fix applies if the map
 // holds negative values. The same as build_quant_search then, with_lut, build_quant_lut on
 // mem + kQuantSearchBytes.
-FUSEKIT_API void build_quant_tables(const float *q, int64_t q_stride, bool for_m, bool with_lut,
-                                    void *mem, QuantMapTables *out);
+void build_quant_tables(const float *q, int64_t q_stride, bool for_m, bool with_lut, void *mem,
+                        QuantMapTables *out);
 // The search part (q, thr, first and the flags) in `mem` (kQuantSearchBytes, 64-aligned); no
 // lookup table.
-FUSEKIT_API void build_quant_search(const float *q, int64_t q_stride, bool for_m, void *mem,
-                                    QuantMapTables *out);
+void build_quant_search(const float *q, int64_t q_stride, bool for_m, void *mem,
+                        QuantMapTables *out);
 // The lookup table of built search tables `t` in `mem` (quant_lut_bytes(), 64-aligned): sets
 // t->packed or t->lut (and t->refine_steps).
-FUSEKIT_API void build_quant_lut(QuantMapTables *t, void *mem);
+void build_quant_lut(QuantMapTables *t, void *mem);
 
 // The monotone key of a float: the order of keys is the order of the floats (-0 just below +0).
 inline uint32_t float_key(uint32_t bits) {
@@ -93,7 +92,9 @@ struct AdamWQuantArgs : AdamScalars {
   const void *prepared = nullptr;
 };
 
-// Updates blocks [begin, end). Returns the number of blocks skipped (non-finite gradient).
+// Updates blocks [begin, end). Returns the number of blocks skipped: left unchanged because a new
+// m, v or var (as stored) would be NaN or Inf (common/adam_update.h; a NaN or Inf gradient is one
+// case).
 using AdamWQuantBlocksFn = int64_t (*)(const AdamWQuantArgs &args, int64_t begin, int64_t end);
 
 // The plain scalar kernel (apply_adam_w_quant_reference.cc).
@@ -103,7 +104,7 @@ int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin,
 // built that this CPU runs; it reads the lookup tables when they are built (else it searches by 8
 // branch-free steps).
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy();
-FUSEKIT_API const char *adam_w_quant_hwy_target();  // exported for the tests
+const char *adam_w_quant_hwy_target();
 
 // The AVX-512 VBMI kernel (apply_adam_w_quant_avx512vbmi.cc): the maps and the search tables in
 // registers, no gathers; reads no lookup table. Null when the library was built without an AVX-512
@@ -119,7 +120,7 @@ void adam_w_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTabl
 // The reference search (also used to build the table): #{k : thr[k] <= x} over K - 1 thresholds.
 int quant_count_reference(const QuantMapTables &t, float x);
 // The full code of x, sign fix included (for m tables with sign_fix).
-FUSEKIT_API uint8_t quant_code_reference(const QuantMapTables &t, float x);
+uint8_t quant_code_reference(const QuantMapTables &t, float x);
 
 }  // namespace fusekit
 

@@ -1,6 +1,7 @@
 // ApplyAdamWQuant, the C++ API: the problem is validated once, a plan picks an implementation from
 // the list and books its workspace, and each run binds tensors and the step, then runs the
 // implementation (whose stages do the per-step data work: apply_adam_w_quant_cpu.cc).
+#include <cstring>
 #include <algorithm>
 #include <memory>
 #include <new>
@@ -247,7 +248,7 @@ Status ApplyAdamWQuant::run(const ApplyAdamWQuantTensors &tensors,
       return Status::Invalid(str_cat(kOp, ": step must be one int64 element on the cpu, got ",
                                      dtype_name(x.dtype), " ", x.shape_string()));
     }
-    s.step = *x.as<const int64_t>();  // read when the step runs
+    std::memcpy(&s.step, x.data, sizeof s.step);  // read when the step runs, at any alignment
   }
   FUSEKIT_RETURN_IF_ERROR(check_adam_step(kOp, s.step));
   RunContext ctx;

@@ -1,5 +1,8 @@
 // ApplyAdamWQuant, the plain scalar kernel (cpu_reference): one element at a time, the same float32
 // operations in the same order as the optimized kernels and the NumPy golden (bitwise equal).
+// Each block is computed into local buffers and stored only when every new m, v and var (as
+// stored) is finite (then so are its absmax); otherwise the block is left unchanged and counted
+// (common/adam_update.h; a NaN or Inf gradient is one case).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -17,29 +20,31 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
   int64_t skipped = 0;
-  float m_new[kBlock], v_new[kBlock];
+  float m_new[kBlock], v_new[kBlock], w_new[kBlock];
   for (int64_t b = begin; b < end; ++b) {
     const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
-    bool finite = true;
-    for (int64_t j = 0; j < len; ++j) finite = finite && std::isfinite(to_float(grad[lo + j]));
-    if (!finite) {
-      ++skipped;
-      continue;
-    }
     float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
+    bool finite = true;
     for (int64_t j = 0; j < len; ++j) {
       const int64_t i = lo + j;
       float m = a.map_m.q[a.m[i]] * scale_m;
       float v = a.map_v.q[a.v[i]] * scale_v;
-      var[i] = from_float<T>(adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i])));
+      const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
+      finite = finite && adam_produced_finite<T>(m, v, w);
       m_new[j] = m;
       v_new[j] = v;
+      w_new[j] = w;
       max_m = std::max(max_m, std::fabs(m));
       max_v = std::max(max_v, v);
     }
+    if (!finite) {
+      ++skipped;
+      continue;
+    }
+    for (int64_t j = 0; j < len; ++j) var[lo + j] = from_float<T>(w_new[j]);
     max_m = max_m + 0.0f;  // -0 becomes +0
     max_v = max_v + 0.0f;
     *absmax_m = max_m;

@@ -1,16 +1,19 @@
 // fusekit internal: the Adam(W) update that AdamW and ApplyAdamWQuant share, written once: the
 // per-step scalars (derived in float32 as CANN's kernel derives them, t = step + 1), the update of
-// one element, and the checks of the attributes and the step that both operators' plans make. The
-// same operations on vectors are AdamVectors in common/hwy_dtype-inl.h.
+// one element, the guard on what it produces, and the checks of the attributes and the step that
+// both operators' plans make. The same operations on vectors are AdamVectors in
+// common/hwy_dtype-inl.h.
 #ifndef FUSEKIT_COMMON_ADAM_UPDATE_H_
 #define FUSEKIT_COMMON_ADAM_UPDATE_H_
 
 #include <math.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 #include "common/str_cat.h"
+#include "fusekit/float16.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -60,6 +63,49 @@ inline float adam_update(const AdamScalars &s, float grad, float *m, float *v, f
   return s.apply_decay ? w * s.decay : w;
 }
 
+// ---- the guard on what a step produces ---------------------------------------------------------
+// An element (AdamW) or a block (ApplyAdamWQuant) whose new m, v or var would be NaN or Inf is left
+// unchanged and counted; a NaN or Inf gradient is one case of it (it makes m non-finite: g * (1 -
+// beta1) with 1 - beta1 > 0). "var" is the value as stored: a float32 w is stored as a finite value
+// of var's dtype iff the magnitude bits of w (bits & 0x7fffffff) are below the limit of that dtype:
+//   float32   0x7f800000  (Inf)
+//   bfloat16  0x7f7f8000  (3.3961776e38, the midpoint above the largest bfloat16, 0x7f7f: rounding
+//                          to nearest-even takes it and everything above to Inf)
+//   float16   0x477ff000  (65520.0f, the midpoint above the largest float16, 65504)
+// NaN bits are above every limit. The same limit as a float: |w| < limit (false for NaN).
+template <typename T>
+constexpr uint32_t adam_stored_finite_limit();
+template <>
+constexpr uint32_t adam_stored_finite_limit<float>() {
+  return 0x7f800000u;
+}
+template <>
+constexpr uint32_t adam_stored_finite_limit<bfloat16_t>() {
+  return 0x7f7f8000u;
+}
+template <>
+constexpr uint32_t adam_stored_finite_limit<float16_t>() {
+  return 0x477ff000u;
+}
+
+inline uint32_t adam_magnitude_bits(float x) {
+  return std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+}
+
+// Whether the new m, v and var (w, before it is stored as T) of one element are all finite.
+template <typename T>
+inline bool adam_produced_finite(float m, float v, float w) {
+  return adam_magnitude_bits(m) < 0x7f800000u && adam_magnitude_bits(v) < 0x7f800000u &&
+         adam_magnitude_bits(w) < adam_stored_finite_limit<T>();
+}
+
+// The smallest eps accepted (in float32): 2^-114 = 4.81482486e-35. Then eps * c2s >= 2^-126 =
+// FLT_MIN, a normal float, for every step and every beta2: c2s = sqrt(1 - beta2^t) >=
+// sqrt(1 - beta2) >= 2^-12 for t >= 1 and beta2 < 1 in float32 (1 - beta2 >= 2^-24, and
+// powf(beta2, t) <= beta2). So eps * c2s is never 0, even where the FPU flushes subnormals to zero,
+// and a zero gradient on zero state gives 0 / (0 + eps * c2s) = 0, never 0 / 0.
+inline constexpr float kAdamMinEps = 0x1p-114f;
+
 namespace adam_detail {
 inline Status check_attr(const char *op, const char *name, double value, bool ok,
                          const char *rule) {
@@ -84,8 +130,10 @@ inline Status check_adam_attributes(const char *op, double lr, double beta1, dou
                                      "must be in [0, 1) in float32"));
   FUSEKIT_RETURN_IF_ERROR(
       check_attr(op, "weightDecay", weight_decay, true, "must be finite in float32"));
-  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "eps", eps, static_cast<float>(eps) > 0.0f,
-                                     "must be finite and > 0 in float32"));
+  static_assert(kAdamMinEps == 0x1p-114f);  // the message below spells it out
+  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "eps", eps, static_cast<float>(eps) >= kAdamMinEps,
+                                     "must be finite and >= 4.81482486e-35 (2^-114) in float32, so "
+                                     "that eps * sqrt(1 - beta2^t) >= 2^-126 is never 0"));
   FUSEKIT_RETURN_IF_ERROR(
       check_attr(op, "gnormScale", gnorm_scale, true, "must be finite in float32"));
   out->lr = static_cast<float>(lr);

@@ -2,6 +2,7 @@
 // list and books its workspace, and each run binds tensors and scalars, then runs the
 // implementation (whose stages do the per-step data work: lazy_adam_cpu.cc).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -213,7 +214,7 @@ Status LazyAdam::run(const LazyAdamTensors &tensors, const LazyAdamScalars &scal
       return Status::Invalid(str_cat(kOp, ": lr must be one float32 element on the cpu, got ",
                                      dtype_name(l.dtype), " ", l.shape_string()));
     }
-    s.lr = *l.as<const float>();  // read when the step runs
+    std::memcpy(&s.lr, l.data, sizeof s.lr);  // read when the step runs, at any alignment
   }
   if (!std::isfinite(s.lr)) return Status::Invalid(str_cat(kOp, ": lr = ", s.lr, " is not finite"));
   RunContext ctx;

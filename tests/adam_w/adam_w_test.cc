@@ -138,7 +138,13 @@ State make_state(uint64_t salt, DType t, size_t n) {
   return s;
 }
 
-// The oracle: returns the number of skipped elements.
+// The value var holds after storing w (float32, or rounded to the 16-bit dtype).
+float stored(DType t, float w) {
+  return t == DType::kFloat32 ? w : widen(t, narrow(t, w));
+}
+
+// The oracle: returns the number of skipped elements (an element whose gradient, or whose new m,
+// v or var as stored, would be NaN or Inf, is left as it is).
 int64_t oracle_step(State &st, const Hyper &h) {
   const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
   const float lr = static_cast<float>(h.lr), wd = static_cast<float>(h.wd);
@@ -155,10 +161,16 @@ int64_t oracle_step(State &st, const Hyper &h) {
       continue;
     }
     const float g = gr * gs;
-    st.m[i] = st.m[i] * b1 + g * (1.0f - b1);
-    st.v[i] = st.v[i] * b2 + (g * g) * (1.0f - b2);
-    float w = st.var.get(i) + (st.m[i] * step_size) / (std::sqrt(st.v[i]) + eps_c2s);
+    const float m = st.m[i] * b1 + g * (1.0f - b1);
+    const float v = st.v[i] * b2 + (g * g) * (1.0f - b2);
+    float w = st.var.get(i) + (m * step_size) / (std::sqrt(v) + eps_c2s);
     if (wd > 0.0f) w = w * decay;
+    if (!std::isfinite(m) || !std::isfinite(v) || !std::isfinite(stored(st.var.dtype, w))) {
+      ++skipped;
+      continue;
+    }
+    st.m[i] = m;
+    st.v[i] = v;
     st.var.set(i, w);
   }
   return skipped;
@@ -266,6 +278,207 @@ TEST(AdamW, EverySimdTarget) {
       });
     }
   }
+}
+
+// Finite inputs whose step overflows, and non-finite or impossible state: each such element is
+// left bit for bit as it was and counted, identically on every implementation and SIMD target;
+// the other elements of the same vectors are updated. n = 1000 puts cases in the vectors and in
+// the scalar tail.
+State overflow_state(DType t) {
+  const size_t n = 1000;
+  State s = make_state(90, t, n);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  if (t != DType::kFloat16) {
+    s.grad.set(3, 1e20f);  // g * g overflows: v = +Inf
+    s.grad.set(40, -1e20f);
+    s.grad.set(997, 3e19f);  // the tail
+  }
+  s.m[100] = nan;
+  s.m[101] = -inf;
+  s.v[200] = inf;
+  s.v[201] = -1.0f;  // sqrt of a negative v: NaN
+  s.v[202] = nan;
+  s.v[998] = -inf;
+  s.var.set(300, inf);
+  s.var.set(301, nan);
+  return s;
+}
+
+TEST(AdamW, ProducedNonFiniteValuesLeaveTheElementUnchanged) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    const State start = overflow_state(t);
+    Hyper h;
+    State want = start;
+    const int64_t skipped = oracle_step(want, h);
+    EXPECT_EQ(skipped, t == DType::kFloat16 ? 8 : 11);
+    for (size_t i : {size_t{100}, size_t{200}, size_t{201}, size_t{300}, size_t{998}}) {
+      EXPECT_EQ(want.var.bits(i), start.var.bits(i)) << i;
+      EXPECT_TRUE(fusekit::testing::bits_equal(want.m[i], start.m[i])) << i;
+      EXPECT_TRUE(fusekit::testing::bits_equal(want.v[i], start.v[i])) << i;
+    }
+    auto check = [&](const char *impl) {
+      State got = start;
+      AdamWOptions o = options_of(h);
+      o.implementation = impl;
+      AdamWStats stats;
+      const AdamWTensors tt = got.tensors();
+      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+      EXPECT_EQ(stats.elements_skipped_nonfinite, skipped);
+      expect_same(got, want);
+      size_t bad = 0;
+      for (size_t i = 0; i < got.m.size(); ++i) bad += !std::isfinite(got.var.get(i));
+      EXPECT_EQ(bad, 2u);  // the two non-finite var it was given
+    };
+    for (const std::string &impl : supported_implementations()) {
+      SCOPED_TRACE(impl);
+      check(impl.c_str());
+    }
+    fusekit::testing::for_each_simd_target([&](const char *) { check("cpu_hwy"); });
+  }
+}
+
+// A var that the step would push past the largest finite value of its dtype as stored (float16
+// rounds 65520 and above to Inf, bfloat16 3.3961776e38 and above): that element is left
+// unchanged. Zero state and a gradient of -1 at step 0 move var up by about lr; the other
+// elements have zero gradient and state, so they keep their var.
+TEST(AdamW, AVarThatWouldBeStoredAsInfinityIsLeftUnchanged) {
+  struct Big {
+    DType t;
+    float var;
+    double lr;
+  };
+  for (const Big &big :
+       {Big{DType::kFloat32, std::numeric_limits<float>::max(), 1e33},
+        Big{DType::kBFloat16, 3.3895314e38f, 1e36}, Big{DType::kFloat16, 65504.0f, 100.0}}) {
+    SCOPED_TRACE(fusekit::dtype_name(big.t));
+    const size_t n = 77;
+    std::vector<float> var(n, 1000.0f), grad(n, 0.0f);
+    var[21] = big.var;
+    grad[21] = -1.0f;
+    grad[22] = -1.0f;   // the same push on a var that stays finite
+    var[70] = big.var;  // and in the scalar tail
+    grad[70] = -1.0f;
+    State start;
+    start.var = FloatBuf(big.t, var);
+    start.grad = FloatBuf(big.t, grad);
+    start.m.assign(n, 0.0f);
+    start.v.assign(n, 0.0f);
+    Hyper h;
+    h.lr = big.lr;
+    h.step = 0;
+    State want = start;
+    EXPECT_EQ(oracle_step(want, h), 2);
+    EXPECT_GT(want.var.get(22), 1000.0f);
+    auto check = [&](const char *impl) {
+      State got = start;
+      AdamWOptions o = options_of(h);
+      o.implementation = impl;
+      AdamWStats stats;
+      const AdamWTensors tt = got.tensors();
+      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+      EXPECT_EQ(stats.elements_skipped_nonfinite, 2);
+      expect_same(got, want);
+      EXPECT_EQ(got.var.bits(21), start.var.bits(21));
+    };
+    for (const std::string &impl : supported_implementations()) {
+      SCOPED_TRACE(impl);
+      check(impl.c_str());
+    }
+    fusekit::testing::for_each_simd_target([&](const char *) { check("cpu_hwy"); });
+  }
+}
+
+// gnormScale = 1e30: gradients of 1e-30 scale to about 1, one of 1e10 to 1e40 = +Inf.
+TEST(AdamW, AGradientThatOverflowsWhenScaledLeavesTheElementUnchanged) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    State start = make_state(91, t, 333);
+    auto rng = rng_for(92);
+    start.grad = FloatBuf(t, uniform(rng, 333, -1e-30f, 1e-30f));
+    start.grad.set(17, 1e10f);
+    Hyper h;
+    h.gnorm = 1e30;
+    State want = start;
+    EXPECT_EQ(oracle_step(want, h), 1);
+    for (const std::string &impl : supported_implementations()) {
+      SCOPED_TRACE(impl);
+      State got = start;
+      AdamWOptions o = options_of(h);
+      o.implementation = impl.c_str();
+      AdamWStats stats;
+      const AdamWTensors tt = got.tensors();
+      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+      EXPECT_EQ(stats.elements_skipped_nonfinite, 1);
+      expect_same(got, want);
+      EXPECT_EQ(got.var.bits(17), start.var.bits(17));
+    }
+  }
+}
+
+// eps below 2^-114 in float32 is refused (eps * sqrt(1 - beta2^t) could round to 0, and a zero
+// gradient on zero state would give 0 / 0); 2^-114 itself, with the largest beta2, keeps a zero
+// element at 0 / 2^-126 = 0.
+TEST(AdamW, EpsBelowTheSmallestNormalFloatIsRefused) {
+  State s = make_state(93, DType::kFloat32, 64);
+  const State before = s;
+  AdamWOptions o;
+  for (double eps : {1e-45, 1e-40, 1e-36, static_cast<double>(std::nextafter(0x1p-114f, 0.0f))}) {
+    SCOPED_TRACE(eps);
+    o.eps = eps;
+    const AdamWTensors t = s.tensors();
+    const Status st = fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("AdamW: eps = "), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("must be finite and >= 4.81482486e-35"), std::string::npos)
+        << st.message();
+    expect_same(s, before);
+  }
+  std::fill(s.grad.f32.begin(), s.grad.f32.end(), 0.0f);
+  std::fill(s.m.begin(), s.m.end(), 0.0f);
+  std::fill(s.v.begin(), s.v.end(), 0.0f);
+  Hyper h;
+  h.eps = 0x1p-114;
+  h.beta2 = 1.0 - 0x1p-24;
+  h.step = 0;
+  State want = s;
+  EXPECT_EQ(oracle_step(want, h), 0);
+  for (const std::string &impl : supported_implementations()) {
+    SCOPED_TRACE(impl);
+    State got = s;
+    AdamWOptions oi = options_of(h);
+    oi.implementation = impl.c_str();
+    AdamWStats stats;
+    const AdamWTensors t = got.tensors();
+    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, h.step, oi, &stats).ok());
+    EXPECT_EQ(stats.elements_skipped_nonfinite, 0);
+    expect_same(got, want);
+  }
+}
+
+// The guard's limits (common/adam_update.h): a float32 w is stored as a finite value of the dtype
+// iff its magnitude bits are below the dtype's limit. Checked against this file's own rounding on
+// the 8192 bit patterns around each limit (both signs) and on a sample of all floats.
+TEST(AdamW, StoredFiniteLimitsMatchTheRounding) {
+  auto check = [](DType t, uint32_t limit) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    size_t bad = 0;
+    auto one = [&](uint32_t bits) {
+      const float w = std::bit_cast<float>(bits);
+      const bool finite = std::isfinite(t == DType::kFloat32 ? w : widen(t, narrow(t, w)));
+      bad += finite != ((bits & 0x7fffffffu) < limit);
+    };
+    for (uint32_t d = 0; d < 8192; ++d) {
+      one(limit - 4096 + d);
+      one((limit - 4096 + d) | 0x80000000u);
+    }
+    for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 65521) one(static_cast<uint32_t>(b));
+    EXPECT_EQ(bad, 0u);
+  };
+  check(DType::kFloat32, fusekit::adam_stored_finite_limit<float>());
+  check(DType::kBFloat16, fusekit::adam_stored_finite_limit<fusekit::bfloat16_t>());
+  check(DType::kFloat16, fusekit::adam_stored_finite_limit<fusekit::float16_t>());
 }
 
 TEST(AdamW, Refusals) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -199,7 +200,13 @@ struct State {
   Map qm, qv;
 };
 
-// Returns the number of skipped blocks.
+// The value var holds after storing w (float32, or rounded to the 16-bit dtype).
+float stored(DType t, float w) {
+  return t == DType::kFloat32 ? w : widen(t, narrow(t, w));
+}
+
+// Returns the number of skipped blocks: a block whose gradient, or whose new m, v, absmax or var
+// (as stored) would be NaN or Inf, is left as it is.
 int64_t oracle_step(State &st, const Hyper &h) {
   const Scal s = scalars(h);
   const size_t n = st.var.size();
@@ -208,13 +215,9 @@ int64_t oracle_step(State &st, const Hyper &h) {
     const size_t len = std::min<size_t>(256, n - lo), b = lo / 256;
     bool finite = true;
     for (size_t j = 0; j < len; ++j) finite = finite && std::isfinite(st.grad.get(lo + j));
-    if (!finite) {
-      ++skipped;
-      continue;
-    }
-    std::vector<float> mm(len), vv(len);
+    std::vector<float> mm(len), vv(len), ww(len);
     float am = 0.0f, av = -INFINITY;
-    for (size_t j = 0; j < len; ++j) {
+    for (size_t j = 0; j < len && finite; ++j) {
       const size_t i = lo + j;
       const float g = st.grad.get(i) * s.gs;
       float m = st.qm[st.m[i]] * st.absmax_m[b];
@@ -224,12 +227,18 @@ int64_t oracle_step(State &st, const Hyper &h) {
       float w = st.var.get(i);
       w = w + (m * s.step_size) / (std::sqrt(v) + s.eps_c2s);
       if (s.apply_decay) w = w * s.decay;
-      st.var.set(i, w);
+      finite = std::isfinite(m) && std::isfinite(v) && std::isfinite(stored(st.var.dtype, w));
+      ww[j] = w;
       mm[j] = m;
       vv[j] = v;
       am = std::max(am, std::fabs(m));
       av = std::max(av, v);
     }
+    if (!finite || !std::isfinite(am) || !std::isfinite(av)) {
+      ++skipped;
+      continue;
+    }
+    for (size_t j = 0; j < len; ++j) st.var.set(lo + j, ww[j]);
     am += 0.0f;
     av += 0.0f;
     st.absmax_m[b] = am;
@@ -676,6 +685,287 @@ TEST(Step, NonFiniteBlocksAreLeftBitForBit) {
   }
 }
 
+// Block b of `got` holds exactly what it held in `start` (var bits, codes, absmax bits).
+void expect_block_unchanged(const State &got, const State &start, size_t b) {
+  SCOPED_TRACE(b);
+  EXPECT_TRUE(fusekit::testing::bits_equal(got.absmax_m[b], start.absmax_m[b]));
+  EXPECT_TRUE(fusekit::testing::bits_equal(got.absmax_v[b], start.absmax_v[b]));
+  size_t bad = 0;
+  for (size_t i = b * 256; i < std::min(got.var.size(), b * 256 + 256); ++i) {
+    bad += got.var.bits(i) != start.var.bits(i) || got.m[i] != start.m[i] || got.v[i] != start.v[i];
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// Every var, absmax and moment of `s` finite.
+void expect_all_finite(const State &s) {
+  size_t bad = 0;
+  for (size_t i = 0; i < s.var.size(); ++i) bad += !std::isfinite(s.var.get(i));
+  for (size_t b = 0; b < s.absmax_m.size(); ++b) {
+    bad += !std::isfinite(s.absmax_m[b]) || !std::isfinite(s.absmax_v[b]);
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// A finite gradient of 1e20: g * g = 1e40 overflows float32, so the block's new v (and absmax_v)
+// would be +Inf, and the next ordinary step would turn its 256 var into NaN (0 * Inf). The block is
+// left unchanged and counted instead; the next step updates every block and stays finite.
+TEST(Step, AFiniteGradientWhoseSquareOverflowsLeavesItsBlockUnchanged) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    const size_t n = 256 * 3 + 40;
+    State start =
+        make_state(17, t, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+    start.grad.set(256 + 9, 1e20f);
+    auto rng = rng_for(18);
+    const FloatBuf next_grad(t, uniform(rng, n, -1.f, 1.f));
+    for (const Way &w : ways()) {
+      SCOPED_TRACE(way_name(w));
+      State got = start, want = start;
+      Hyper h;
+      h.step = 5;
+      EXPECT_EQ(oracle_step(want, h), 1);
+      ApplyAdamWQuantStats stats;
+      ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+      EXPECT_EQ(stats.blocks_skipped_nonfinite, 1);
+      EXPECT_EQ(stats.blocks_updated, 3);
+      expect_same(got, want);
+      expect_block_unchanged(got, start, 1);
+      // An ordinary step next.
+      got.grad = want.grad = next_grad;
+      h.step = 6;
+      EXPECT_EQ(oracle_step(want, h), 0);
+      ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+      EXPECT_EQ(stats.blocks_skipped_nonfinite, 0);
+      EXPECT_EQ(stats.blocks_updated, 4);
+      expect_same(got, want);
+      expect_all_finite(got);
+    }
+  }
+}
+
+// gnormScale = 1e30 and one gradient of 1e10: the scaled gradient 1e40 is +Inf in float32. That
+// block is left unchanged; the others (gradients of 1e-30, scaled to about 1) are updated.
+TEST(Step, AGradientThatOverflowsWhenScaledLeavesItsBlockUnchanged) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    const size_t n = 256 * 4 + 100;
+    State start =
+        make_state(19, t, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+    auto rng = rng_for(20);
+    start.grad = FloatBuf(t, uniform(rng, n, -1e-30f, 1e-30f));
+    start.grad.set(2 * 256 + 100, 1e10f);
+    State want = start;
+    Hyper h;
+    h.gnorm = 1e30;
+    EXPECT_EQ(oracle_step(want, h), 1);
+    for (const Way &w : ways()) {
+      SCOPED_TRACE(way_name(w));
+      State got = start;
+      ApplyAdamWQuantStats stats;
+      ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+      EXPECT_EQ(stats.blocks_skipped_nonfinite, 1);
+      EXPECT_EQ(stats.blocks_updated, 4);
+      expect_same(got, want);
+      expect_block_unchanged(got, start, 2);
+      expect_all_finite(got);
+    }
+  }
+}
+
+// A var that the step would push past the largest finite value of its dtype (as stored: float16
+// rounds 65520 and above to Inf, bfloat16 3.3961776e38 and above): its block is left unchanged.
+// m = v = 0 and a gradient of -1 at step 0 make the Adam term exactly about +lr.
+TEST(Step, AVarThatWouldBeStoredAsInfinityLeavesItsBlockUnchanged) {
+  struct Big {
+    DType t;
+    float var;
+    double lr;
+  };
+  for (const Big &big :
+       {Big{DType::kFloat32, std::numeric_limits<float>::max(), 1e33},
+        Big{DType::kBFloat16, 3.3895314e38f, 1e36}, Big{DType::kFloat16, 65504.0f, 100.0}}) {
+    SCOPED_TRACE(fusekit::dtype_name(big.t));
+    const size_t n = 256 * 3;
+    std::vector<float> var(n, 1000.0f), grad(n, 0.0f);
+    var[256 + 30] = big.var;
+    grad[256 + 30] = -1.0f;
+    grad[2 * 256 + 30] = -1.0f;  // the same push on a var that stays finite
+    State start;
+    start.var = FloatBuf(big.t, var);
+    start.grad = FloatBuf(big.t, grad);
+    start.m.assign(n, 127);  // the signed dynamic map's 0
+    start.v.assign(n, 0);
+    start.absmax_m.assign(3, 0.0f);
+    start.absmax_v.assign(3, 0.0f);
+    start.qm = fusekit::create_dynamic_map(true);
+    start.qv = fusekit::create_dynamic_map(false);
+    Hyper h;
+    h.lr = big.lr;
+    h.step = 0;
+    State want = start;
+    EXPECT_EQ(oracle_step(want, h), 1);
+    for (const Way &w : ways()) {
+      SCOPED_TRACE(way_name(w));
+      State got = start;
+      ApplyAdamWQuantStats stats;
+      ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+      EXPECT_EQ(stats.blocks_skipped_nonfinite, 1);
+      expect_same(got, want);
+      expect_block_unchanged(got, start, 1);
+      EXPECT_GT(got.var.get(2 * 256 + 30), 1000.0f);  // updated
+      expect_all_finite(got);
+    }
+  }
+}
+
+// Non-finite or impossible state (absmax NaN, +-Inf or negative, a NaN var): every block that it
+// makes produce a NaN or Inf is left unchanged, identically on every implementation and every
+// SIMD target (EMU128 where the compiler builds it), with the vector loop and the scalar tail.
+State nonfinite_state(DType t, bool bad_tail) {
+  const size_t n = 256 * 8 + 3;  // a last block of 3: shorter than a vector
+  State s =
+      make_state(21, t, n, fusekit::create_dynamic_map(true), fusekit::create_dynamic_map(false));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  s.absmax_m[1] = 0.2f;
+  s.absmax_v[0] = nan;   // every v NaN
+  s.absmax_v[1] = -inf;  // v = -Inf, or NaN where the code's value is 0
+  for (size_t i = 2 * 256; i < 3 * 256; ++i) s.v[i] = static_cast<uint8_t>(1 + s.v[i] % 255);
+  s.absmax_v[2] = -inf;  // every v -Inf
+  s.absmax_m[3] = inf;   // m = +-Inf, or NaN at the map's 0
+  s.absmax_v[4] = inf;   // v = +Inf, or NaN at the map's 0
+  s.var.set(5 * 256 + 7, nan);
+  s.absmax_v[6] = -0.5f;  // negative v: sqrt gives NaN
+  // block 7: ordinary
+  if (bad_tail) {
+    s.absmax_v[8] = nan;
+  } else {
+    s.absmax_v[8] = 0.01f;
+  }
+  return s;
+}
+
+TEST(Step, NonFiniteStateOnEveryImplementationAndSimdTarget) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    for (bool bad_tail : {true, false}) {
+      SCOPED_TRACE(bad_tail ? "bad tail" : "ordinary tail");
+      const State start = nonfinite_state(t, bad_tail);
+      State want = start;
+      Hyper h;
+      h.wd = 0.01;
+      const int64_t skipped = oracle_step(want, h);
+      EXPECT_EQ(skipped, bad_tail ? 8 : 7);
+      for (size_t b = 0; b < 7; ++b) expect_block_unchanged(want, start, b);
+      // The library's reference implementation, then every other way and every SIMD target, each
+      // against the oracle and against the reference's result.
+      State ref = start;
+      ApplyAdamWQuantStats stats;
+      ASSERT_TRUE(
+          run_api(ref, h, options_of(h, Way{"cpu_reference", QuantSearch::kAuto}), &stats).ok());
+      EXPECT_EQ(stats.blocks_skipped_nonfinite, skipped);
+      expect_same(ref, want);
+      for (const Way &w : ways()) {
+        SCOPED_TRACE(way_name(w));
+        State got = start;
+        ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+        EXPECT_EQ(stats.blocks_skipped_nonfinite, skipped);
+        expect_same(got, ref);
+      }
+      fusekit::testing::for_each_simd_target([&](const char *) {
+        for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+          State got = start;
+          const Way w{"cpu_hwy", s};
+          ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+          EXPECT_EQ(stats.blocks_skipped_nonfinite, skipped);
+          expect_same(got, ref);
+        }
+      });
+    }
+  }
+}
+
+// The gathering path (a row-strided view) applies the same guard: a skipped block is not
+// scattered back, and its absmax is not written.
+TEST(Step, NonFiniteStateThroughAStridedView) {
+  const int64_t rows = 7, cols = 293, stride = 300;  // 2051 elements: nonfinite_state's n
+  const State dense = nonfinite_state(DType::kFloat32, true);
+  ASSERT_EQ(dense.var.size(), static_cast<size_t>(rows * cols));
+  State want = dense;
+  Hyper h;
+  EXPECT_EQ(oracle_step(want, h), 8);
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    std::vector<float> var(static_cast<size_t>(rows * stride), 7.0f), grad(var.size(), 7.0f);
+    std::vector<uint8_t> m(var.size(), 9), v(var.size(), 9);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto d = static_cast<size_t>(r * cols + c), x = static_cast<size_t>(r * stride + c);
+        var[x] = dense.var.f32[d];
+        grad[x] = dense.grad.f32[d];
+        m[x] = dense.m[d];
+        v[x] = dense.v[d];
+      }
+    }
+    State got = dense;
+    const auto B = static_cast<int64_t>(got.absmax_m.size());
+    ApplyAdamWQuantStats stats;
+    ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
+                    TensorView::strided(var.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
+                    TensorView::strided(grad.data(), DType::kFloat32, {rows, cols}, {stride, 1}),
+                    TensorView::strided(m.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
+                    TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
+                    TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
+                    TensorView::of(got.absmax_m.data(), {B}),
+                    TensorView::of(got.absmax_v.data(), {B}), h.step, options_of(h, w), &stats)
+                    .ok());
+    EXPECT_EQ(stats.blocks_skipped_nonfinite, 8);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto d = static_cast<size_t>(r * cols + c), x = static_cast<size_t>(r * stride + c);
+        got.var.f32[d] = var[x];
+        got.m[d] = m[x];
+        got.v[d] = v[x];
+      }
+    }
+    expect_same(got, want);
+  }
+}
+
+// The smallest eps accepted (2^-114) with the largest beta2 (1 - 2^-24) at step 0: eps * c2s =
+// 2^-114 * 2^-12 = FLT_MIN, still a normal float, so a block of zero gradient and zero state
+// divides 0 by it.
+TEST(Step, TheSmallestEpsKeepsAZeroBlockFinite) {
+  const size_t n = 300;
+  State start;
+  auto rng = rng_for(22);
+  start.var = FloatBuf(DType::kFloat32, uniform(rng, n, -1.f, 1.f));
+  start.grad = FloatBuf(DType::kFloat32, std::vector<float>(n, 0.0f));
+  start.m.assign(n, 127);
+  start.v.assign(n, 0);
+  start.absmax_m.assign(2, 0.0f);
+  start.absmax_v.assign(2, 0.0f);
+  start.qm = fusekit::create_dynamic_map(true);
+  start.qv = fusekit::create_dynamic_map(false);
+  Hyper h;
+  h.eps = 0x1p-114;
+  h.beta2 = 1.0 - 0x1p-24;
+  h.step = 0;
+  ASSERT_EQ(scalars(h).eps_c2s, FLT_MIN);
+  State want = start;
+  EXPECT_EQ(oracle_step(want, h), 0);
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    State got = start;
+    ApplyAdamWQuantStats stats;
+    ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+    EXPECT_EQ(stats.blocks_skipped_nonfinite, 0);
+    expect_same(got, want);
+    expect_all_finite(got);
+  }
+}
+
 // var exactly between two 16-bit numbers: lr * wd = 0.25 scales var by 0.75 (m = 0, so the Adam
 // term is 0) and about a quarter of the products are ties.
 TEST(Step, SixteenBitStoresRoundHalfToEven) {
@@ -932,11 +1222,11 @@ struct AclCase {
   }
   // Phase one then (if it succeeds) phase two; returns the first failing status.
   aclnnStatus run(const char *mode = "BLOCKWISE", int64_t block = 256, double lr = 1e-3,
-                  double beta1 = 0.9) {
+                  double beta1 = 0.9, double eps = 1e-8) {
     uint64_t ws_size = 0;
     aclOpExecutor *ex = nullptr;
     aclnnStatus s = aclnnApplyAdamWQuantGetWorkspaceSize(
-        t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step, lr, beta1, 0.999, 0.01, 1e-8, 1.0,
+        t_var, t_grad, t_m, t_v, t_qm, t_qv, t_am, t_av, t_step, lr, beta1, 0.999, 0.01, eps, 1.0,
         const_cast<char *>(mode), block, &ws_size, &ex);
     if (s != ACLNN_SUCCESS) return s;
     std::vector<char> ws(ws_size);
@@ -1033,6 +1323,12 @@ TEST(Refusals, EachWithItsCodeAndMessageAndNothingWritten) {
     expect_refused(c, c.run("BLOCKWISE", 256, std::nan("")), 161002, "lr = nan", s);
   }
   {
+    AclCase c;  // eps * sqrt(1 - beta2^t) would round to 0 in float32: refused in phase one
+    Snapshot s(c);
+    expect_refused(c, c.run("BLOCKWISE", 256, 1e-3, 0.9, 1e-45), 161002,
+                   "eps = 1e-45 must be finite and >= 4.81482486e-35", s);
+  }
+  {
     AclCase c;  // grad overlapping var
     Snapshot s(c);
     aclDestroyTensor(c.t_grad);
@@ -1090,6 +1386,22 @@ TEST(Refusals, CppApiChecks) {
   st = run_api(s, h, o);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("eps = 0"), std::string::npos);
+  // eps below 2^-114 in float32 (eps * c2s could round to 0): refused, naming the value and rule.
+  for (double eps : {1e-45, 1e-40, 1e-36, static_cast<double>(std::nextafter(0x1p-114f, 0.0f))}) {
+    SCOPED_TRACE(eps);
+    o.eps = eps;
+    st = run_api(s, h, o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("ApplyAdamWQuant: eps = "), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(">= 4.81482486e-35"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(
+      st.message(),
+      "ApplyAdamWQuant: eps = 4.81482457e-35 must be finite and >= 4.81482486e-35 (2^-114) in "
+      "float32, so that eps * sqrt(1 - beta2^t) >= 2^-126 is never 0");
+  o.eps = 0x1p-114;  // the smallest accepted
+  EXPECT_TRUE(run_api(s, h, o).ok());
+  o.eps = 1e-8;
   h.step = -5;
   st = run_api(s, h, options_of(h));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
