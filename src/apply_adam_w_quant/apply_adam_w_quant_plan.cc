@@ -1,8 +1,8 @@
 // ApplyAdamWQuant, the C++ API: the problem is validated once, a plan picks an implementation from
 // the list and books its workspace, and each run binds tensors and the step, then runs the
 // implementation (whose stages do the per-step data work: apply_adam_w_quant_cpu.cc).
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <utility>
