@@ -1,8 +1,9 @@
 /* fusekit: aclnnApplyAdamWQuant, AdamW with 8-bit block-wise quantized moments (CANN's signature).
  * varRef, mRef, vRef, absmaxMRef and absmaxVRef are updated in place. blockSize must be 256;
  * quantModeOptional is null or "BLOCKWISE". The step tensor is read when phase two runs, and the
- * kernel uses t = step + 1 (as CANN's kernel does). Blocks whose gradient holds NaN or Inf are left
- * unchanged; their count is recorded as a warning readable with aclGetRecentErrMsg. */
+ * kernel uses t = step + 1 (as CANN's kernel does). A block whose step would produce a non-finite
+ * m, v or var (a NaN or Inf gradient, an overflow, a non-finite state) is left unchanged; their
+ * count is recorded as a warning readable with aclGetRecentErrMsg. */
 #ifndef FUSEKIT_ACLNNOP_ACLNN_APPLY_ADAM_W_QUANT_H_
 #define FUSEKIT_ACLNNOP_ACLNN_APPLY_ADAM_W_QUANT_H_
 
