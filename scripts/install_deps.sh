@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything fusekit needs on a fresh Debian 12 machine. Safe to run any number of times:
 # it installs only what is missing.
+#   scripts/install_deps.sh           what the default build and tests need (GCC)
+#   scripts/install_deps.sh --clang   that, and clang 14 with its sanitizer runtimes (libFuzzer,
+#                                     TSan) and OpenMP: for test.sh --clang / --tsan and fuzz.sh
 set -euo pipefail
 
 apt_packages=(build-essential cmake ninja-build libhwy-dev libgtest-dev libgmock-dev googletest
               libbenchmark-dev python3)
+if [ "${1:-}" = "--clang" ]; then
+  apt_packages+=(clang-14 libclang-rt-14-dev libomp-14-dev)
+fi
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
