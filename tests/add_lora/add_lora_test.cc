@@ -1165,5 +1165,28 @@ TEST(AclnnAddLora, RunsAndRefuses) {
   for (aclTensor *t : {y, x, wb, wa, idx}) aclDestroyTensor(t);
 }
 
+// A data pointer that is not a multiple of its element size is refused (the kernels would make
+// misaligned loads), naming the tensor, and nothing is written.
+TEST(AddLoraEdges, MisalignedPointersAreRefused) {
+  const int64_t b = 4, h = 16, r = 8, w = 2;
+  std::vector<float> y(b * h, 0.5f), wa(w * r * h, 0.01f), wb(w * h * r, 0.02f);
+  std::vector<char> raw(b * h * 4 + 4, 0);
+  std::vector<int32_t> idx = {0, 1, 0, -1};
+  const std::vector<float> before = y;
+  for (DType dt : {DType::kFloat32, DType::kFloat16}) {
+    const size_t es = dtype_size(dt);
+    void *x = raw.data() + (es == 4 ? 2 : 1);  // not a multiple of the element size
+    const Status st = add_lora(
+        TensorView::contiguous(y.data(), dt, {b, h}), TensorView::contiguous(x, dt, {b, h}),
+        TensorView::contiguous(wb.data(), dt, {w, 1, h, r}), TensorView::of(idx.data(), {b}),
+        TensorView::contiguous(wa.data(), dt, {w, 1, r, h}),
+        TensorView::contiguous(y.data(), dt, {b, h}));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << dtype_name(dt);
+    EXPECT_NE(st.message().find("x's data pointer"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("not aligned"), std::string::npos) << st.message();
+    EXPECT_TRUE(y == before);
+  }
+}
+
 }  // namespace
 }  // namespace fusekit
