@@ -3,12 +3,13 @@
 #   scripts/test.sh             Release build in build/
 #   scripts/test.sh --sanitize  ASan + UBSan build in build-asan/
 #   scripts/test.sh --clang     clang 14 Release build in build-clang/ (warnings as errors too)
+#   scripts/test.sh --clang-sanitize   clang 14 ASan + UBSan build in build-clang-asan/
 #   scripts/test.sh --tsan      clang 14 ThreadSanitizer build in build-tsan/: every test of
 #                               in-tree programs, with no suppressions (any report fails)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  --clang | --tsan) bash scripts/install_deps.sh --clang ;;  # clang only where a mode needs it
+  --clang | --clang-sanitize | --tsan) bash scripts/install_deps.sh --clang ;;  # clang on demand
   *) bash scripts/install_deps.sh ;;
 esac
 
@@ -24,6 +25,15 @@ elif [ "${1:-}" = "--clang" ]; then
   build=build-clang
   export CC=clang-14 CXX=clang++-14
   extra=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-14)
+elif [ "${1:-}" = "--clang-sanitize" ]; then
+  build=build-clang-asan
+  export CC=clang-14 CXX=clang++-14
+  extra=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 -DFUSEKIT_SANITIZE=ON
+         -DFUSEKIT_BUILD_BENCHMARKS=OFF)
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  # The install consumer and the seeds' examples are built by the test with the compiler of the
+  # build; they need clang's sanitizer runtime, which FUSEKIT_CONSUMER_FLAGS passes.
 elif [ "${1:-}" = "--tsan" ]; then
   build=build-tsan
   export CC=clang-14 CXX=clang++-14

@@ -21,6 +21,14 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kAlignment = 64;
 
+// The bits of an enum parameter as an int, without loading it as the enum type.
+template <typename E>
+int enum_bits(const E &e) {
+  int v = 0;
+  std::memcpy(&v, &e, sizeof(E) < sizeof v ? sizeof(E) : sizeof v);
+  return v;
+}
+
 aclError fail(aclError code, std::string message) {
   set_last_message(std::move(message));
   return code;
@@ -144,12 +152,15 @@ aclError aclrtSynchronizeDevice(void) {
 }
 
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
-  if (policy != ACL_MEM_MALLOC_HUGE_FIRST && policy != ACL_MEM_MALLOC_HUGE_ONLY &&
-      policy != ACL_MEM_MALLOC_NORMAL_ONLY) {
-    return fail(ACL_ERROR_INVALID_PARAM, str_cat("aclrtMalloc: policy = ", static_cast<int>(policy),
-                                                 " is not a memory policy"));
+  // A C caller may pass any integer: look at it as one (loading an enum outside its values is
+  // undefined in C++).
+  const int p = fusekit::enum_bits(policy);
+  if (p != ACL_MEM_MALLOC_HUGE_FIRST && p != ACL_MEM_MALLOC_HUGE_ONLY &&
+      p != ACL_MEM_MALLOC_NORMAL_ONLY) {
+    return fail(ACL_ERROR_INVALID_PARAM,
+                str_cat("aclrtMalloc: policy = ", p, " is not a memory policy"));
   }
-  return fusekit::allocate(devPtr, size, policy != ACL_MEM_MALLOC_NORMAL_ONLY, "aclrtMalloc");
+  return fusekit::allocate(devPtr, size, p != ACL_MEM_MALLOC_NORMAL_ONLY, "aclrtMalloc");
 }
 
 aclError aclrtFree(void *devPtr) {
@@ -170,9 +181,9 @@ aclError aclrtFreeHost(void *hostPtr) {
 
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
                      aclrtMemcpyKind kind) {
-  if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEVICE_TO_DEVICE) {
-    return fail(ACL_ERROR_INVALID_PARAM,
-                str_cat("aclrtMemcpy: kind = ", static_cast<int>(kind), " is not a copy kind"));
+  const int k = fusekit::enum_bits(kind);  // any integer from a C caller
+  if (k < ACL_MEMCPY_HOST_TO_HOST || k > ACL_MEMCPY_DEVICE_TO_DEVICE) {
+    return fail(ACL_ERROR_INVALID_PARAM, str_cat("aclrtMemcpy: kind = ", k, " is not a copy kind"));
   }
   if (count > destMax) {
     return fail(ACL_ERROR_INVALID_PARAM,
