@@ -13,6 +13,7 @@
 #include "common/c_entry.h"
 #include "common/last_message.h"
 #include "common/str_cat.h"
+#include "runtime/acl_tensor.h"
 #include "runtime/stream.h"
 
 namespace fusekit {
@@ -20,14 +21,6 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kAlignment = 64;
-
-// The bits of an enum parameter as an int, without loading it as the enum type.
-template <typename E>
-int enum_bits(const E &e) {
-  int v = 0;
-  std::memcpy(&v, &e, sizeof(E) < sizeof v ? sizeof(E) : sizeof v);
-  return v;
-}
 
 aclError fail(aclError code, std::string message) {
   set_last_message(std::move(message));

@@ -9,7 +9,7 @@
 
 namespace fusekit {
 
-DType dtype_from_acl(aclDataType t) {
+DType dtype_from_acl(int t) {
   switch (t) {
     case ACL_FLOAT:
       return DType::kFloat32;
@@ -39,8 +39,8 @@ Status view_of(const aclTensor *t, const char *op, const char *arg, TensorView *
     return Status::Invalid(str_cat(op, ": ", arg, " is not a live aclTensor"));
   }
   if (t->format != ACL_FORMAT_ND && t->format != ACL_FORMAT_NCHW && t->format != ACL_FORMAT_NHWC) {
-    return Status::Invalid(str_cat(op, ": ", arg, " has format ", static_cast<int>(t->format),
-                                   "; only ND (2) is supported"));
+    return Status::Invalid(
+        str_cat(op, ": ", arg, " has format ", t->format, "; only ND (2) is supported"));
   }
   *out = t->view;
   return Status::Ok();
@@ -72,10 +72,11 @@ extern "C" aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
           set_last_message(str_cat("aclCreateTensor: offset = ", offset, " is negative"));
           return nullptr;
         }
-        const fusekit::DType dt = fusekit::dtype_from_acl(dataType);
+        const int dtype_bits = fusekit::enum_bits(dataType);
+        const fusekit::DType dt = fusekit::dtype_from_acl(dtype_bits);
         auto *t = new aclTensor();
-        t->acl_dtype = dataType;
-        t->format = format;
+        t->acl_dtype = dtype_bits;
+        t->format = fusekit::enum_bits(format);
         t->offset = offset;
         t->storage = tensorData;
         t->storage_ndim = static_cast<int>(storageDimsNum);
