@@ -144,15 +144,7 @@ Status AdamW::run(const AdamWTensors &tensors, const AdamWScalars &scalars, Adam
   StageTimer timer;
   FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
   AdamWScalars s = scalars;
-  if (!s.step_tensor.empty_view()) {
-    const TensorView &x = s.step_tensor;
-    if (x.dtype != DType::kInt64 || x.numel() != 1 || x.data == nullptr ||
-        x.device != Device::kCpu) {
-      return Status::Invalid(str_cat(kOp, ": step must be one int64 element on the cpu, got ",
-                                     dtype_name(x.dtype), " ", x.shape_string()));
-    }
-    s.step = *x.as<const int64_t>();  // read when the step runs
-  }
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "step", s.step_tensor, DType::kInt64, &s.step));
   FUSEKIT_RETURN_IF_ERROR(check_adam_step(kOp, s.step));
   RunContext ctx;
   ctx.threads = threads_;

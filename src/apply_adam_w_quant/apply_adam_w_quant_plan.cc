@@ -241,15 +241,7 @@ Status ApplyAdamWQuant::run(const ApplyAdamWQuantTensors &tensors,
   StageTimer timer;
   FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
   ApplyAdamWQuantScalars s = scalars;
-  if (!s.step_tensor.empty_view()) {
-    const TensorView &x = s.step_tensor;
-    if (x.dtype != DType::kInt64 || x.numel() != 1 || x.data == nullptr ||
-        x.device != Device::kCpu) {
-      return Status::Invalid(str_cat(kOp, ": step must be one int64 element on the cpu, got ",
-                                     dtype_name(x.dtype), " ", x.shape_string()));
-    }
-    std::memcpy(&s.step, x.data, sizeof s.step);  // read when the step runs, at any alignment
-  }
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "step", s.step_tensor, DType::kInt64, &s.step));
   FUSEKIT_RETURN_IF_ERROR(check_adam_step(kOp, s.step));
   RunContext ctx;
   FUSEKIT_RETURN_IF_ERROR(

@@ -110,6 +110,22 @@ inline const char *cpu_only(std::initializer_list<const TensorView *> tensors) {
   return nullptr;
 }
 
+// A per-step scalar given as a tensor (the aclnn face's lr and step): one element of `dtype` on
+// the cpu, read now, at any alignment. Leaves *value alone when `tensor` is empty.
+template <typename T>
+Status read_scalar_tensor(const char *op, const char *name, const TensorView &tensor, DType dtype,
+                          T *value) {
+  if (tensor.empty_view()) return Status::Ok();
+  if (tensor.dtype != dtype || tensor.numel() != 1 || tensor.data == nullptr ||
+      tensor.device != Device::kCpu) {
+    return Status::Invalid(str_cat(op, ": ", name, " must be one ", dtype_name(dtype),
+                                   " element on the cpu, got ", dtype_name(tensor.dtype), " ",
+                                   tensor.shape_string()));
+  }
+  std::memcpy(value, tensor.data, sizeof(T));
+  return Status::Ok();
+}
+
 // Whether two descriptions have the same dtype, device, shape and strides (strides of size-1
 // dimensions are not compared). Data pointers are not looked at.
 bool same_layout(const TensorView &a, const TensorView &b);

@@ -207,15 +207,7 @@ Status LazyAdam::run(const LazyAdamTensors &tensors, const LazyAdamScalars &scal
   if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
   FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
   LazyAdamScalars s = scalars;
-  if (!s.lr_tensor.empty_view()) {
-    const TensorView &l = s.lr_tensor;
-    if (l.dtype != DType::kFloat32 || l.numel() != 1 || l.data == nullptr ||
-        l.device != Device::kCpu) {
-      return Status::Invalid(str_cat(kOp, ": lr must be one float32 element on the cpu, got ",
-                                     dtype_name(l.dtype), " ", l.shape_string()));
-    }
-    std::memcpy(&s.lr, l.data, sizeof s.lr);  // read when the step runs, at any alignment
-  }
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "lr", s.lr_tensor, DType::kFloat32, &s.lr));
   if (!std::isfinite(s.lr)) return Status::Invalid(str_cat(kOp, ": lr = ", s.lr, " is not finite"));
   RunContext ctx;
   FUSEKIT_RETURN_IF_ERROR(
