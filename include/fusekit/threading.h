@@ -7,7 +7,8 @@
 namespace fusekit {
 
 // Sets the thread count for every later call from any thread. n <= 0 restores the default, which
-// follows OpenMP's controls (OMP_NUM_THREADS, else the number of cores). Results never depend on
+// is OMP_NUM_THREADS if set (read as OpenMP reads it; the library itself does not use OpenMP), else
+// the number of CPUs this process may run on. Results never depend on
 // the thread count: every output element is computed by one thread in a fixed order.
 FUSEKIT_API void set_num_threads(int n);
 // The thread count a call made now would use.
