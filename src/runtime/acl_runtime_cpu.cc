@@ -1,7 +1,6 @@
 // The ACL runtime on a CPU: devices, streams and memory. Device memory is host memory; a stream
 // runs each operator synchronously when it is enqueued, so synchronizing a stream has nothing to
 // wait for.
-#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -13,14 +12,13 @@
 #include "common/c_entry.h"
 #include "common/last_message.h"
 #include "common/str_cat.h"
+#include "fusekit/memory.h"
 #include "runtime/acl_tensor.h"
 #include "runtime/stream.h"
 
 namespace fusekit {
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kAlignment = 64;
 
 aclError fail(aclError code, std::string message) {
   set_last_message(std::move(message));
@@ -37,17 +35,9 @@ aclError allocate(void **ptr, size_t size, bool want_huge, const char *fn) {
   if (ptr == nullptr) return fail(ACL_ERROR_INVALID_PARAM, str_cat(fn, ": devPtr is null"));
   *ptr = nullptr;
   if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, str_cat(fn, ": size is 0"));
-  void *p = nullptr;
-  if (want_huge && size >= kHugePage) {
-    // Round up to whole huge pages, aligned to one, and ask for transparent huge pages: random row
-    // access over a large table otherwise misses the TLB on almost every row.
-    const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
-    if (posix_memalign(&p, kHugePage, rounded) != 0) p = nullptr;
-    if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);  // advisory: failure is harmless
-  } else {
-    const size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
-    if (posix_memalign(&p, kAlignment, rounded) != 0) p = nullptr;
-  }
+  // Large allocations on 2 MiB-aligned memory advised for transparent huge pages: random row
+  // access over a large table otherwise misses the TLB on almost every row (fusekit/memory.h).
+  void *p = allocate_host(size, want_huge);
   if (p == nullptr) {
     return fail(ACL_ERROR_BAD_ALLOC, str_cat(fn, ": could not allocate ", size, " bytes"));
   }
@@ -158,7 +148,7 @@ aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
 
 aclError aclrtFree(void *devPtr) {
   if (devPtr == nullptr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is null");
-  std::free(devPtr);
+  fusekit::free_host(devPtr);
   return ACL_SUCCESS;
 }
 
@@ -168,7 +158,7 @@ aclError aclrtMallocHost(void **hostPtr, size_t size) {
 
 aclError aclrtFreeHost(void *hostPtr) {
   if (hostPtr == nullptr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is null");
-  std::free(hostPtr);
+  fusekit::free_host(hostPtr);
   return ACL_SUCCESS;
 }
 

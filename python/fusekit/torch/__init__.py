@@ -1,0 +1,57 @@
+"""fusekit for PyTorch: drop-in optimizers and the multi-LoRA op, on CPU tensors.
+
+- :class:`SparseAdam` (alias :class:`LazyAdam`): ``torch.optim.SparseAdam`` on fusekit's LazyAdam.
+- :class:`AdamW8bit`, :class:`Adam8bit`: bitsandbytes' 8-bit block-wise optimizers on
+  fusekit's ApplyAdamWQuant (and its float32 AdamW for small tensors).
+- :func:`add_lora`, :func:`add_lora_`: vLLM's multi-LoRA add (``torch.ops.fusekit.add_lora``, a
+  custom op that ``torch.compile`` traces without a graph break); :class:`MultiLoRALinear`.
+- Huge pages for tables and states: :func:`empty_hugepage`, :func:`to_hugepages`.
+
+Importing this module imports torch; ``import fusekit`` alone does not.
+"""
+
+import importlib
+
+import torch  # noqa: F401  (this module is the torch face: torch must be importable)
+
+# Each name is defined in one submodule, loaded when first used.
+_WHERE = {
+    "SparseAdam": "_sparse_adam",
+    "LazyAdam": "_sparse_adam",
+    "AdamW8bit": "_adam8bit",
+    "Adam8bit": "_adam8bit",
+    "add_lora": "_lora",
+    "add_lora_": "_lora",
+    "MultiLoRALinear": "_lora",
+    "empty_hugepage": "_memory",
+    "zeros_hugepage": "_memory",
+    "to_hugepages": "_memory",
+    "hugepage_backed_fraction": "_memory",
+}
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_WHERE))
+
+
+__all__ = [
+    "SparseAdam",
+    "LazyAdam",
+    "AdamW8bit",
+    "Adam8bit",
+    "add_lora",
+    "add_lora_",
+    "MultiLoRALinear",
+    "empty_hugepage",
+    "zeros_hugepage",
+    "to_hugepages",
+    "hugepage_backed_fraction",
+]

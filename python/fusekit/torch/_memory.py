@@ -1,0 +1,76 @@
+"""Huge-page backing for the tables and optimizer states fusekit steps.
+
+torch allocates tensors on ordinary 4 KiB pages (unless ``transparent_hugepage`` is ``always``),
+and an operator that reads rows at random then misses the TLB on almost every row: LazyAdam at
+the seed shape takes about twice as long. fusekit's optimizers therefore
+
+- allocate the state they own (moments, codes, absmax) with :func:`empty_hugepage`: memory from
+  fusekit's host allocator, 2 MiB-aligned and advised with ``MADV_HUGEPAGE`` before it is touched;
+- move a parameter's storage once, when the optimizer first sees it, with :func:`to_hugepages`
+  (``param.data = copy on huge pages``): the Parameter object, and so the module that holds it,
+  is unchanged; only tensors of at least 2 MiB move.
+
+What a user gets under each ``/sys/kernel/mm/transparent_hugepage/enabled`` mode is in
+docs/python.md ("Memory pages").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import _fusekit
+
+HUGE_PAGE_BYTES = _fusekit.HUGE_PAGE_BYTES
+
+
+def empty_hugepage(shape, dtype=torch.float32) -> torch.Tensor:
+    """An uninitialised contiguous CPU tensor on fusekit's host memory: 2 MiB-aligned and advised
+    for huge pages when it is at least 2 MiB (else 64-byte aligned). The memory is freed when the
+    last tensor viewing it goes."""
+    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list, torch.Size)) else (shape,)))
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * itemsize
+    raw = _fusekit.empty_host(nbytes, True)  # a NumPy uint8 array that owns the memory
+    flat = torch.from_numpy(raw)  # shares the memory and keeps `raw` alive
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    return flat.view(dtype).view(shape)
+
+
+def zeros_hugepage(shape, dtype=torch.float32) -> torch.Tensor:
+    """:func:`empty_hugepage`, zero-filled (the first touch: this is when the pages are taken)."""
+    t = empty_hugepage(shape, dtype)
+    t.zero_()
+    return t
+
+
+def is_hugepage_candidate(t: torch.Tensor) -> bool:
+    """True for a CPU tensor of at least 2 MiB whose memory does not start on a 2 MiB boundary
+    (fusekit's own allocations of that size always do)."""
+    if t.device.type != "cpu" or t.layout != torch.strided:
+        return False
+    nbytes = t.untyped_storage().nbytes()
+    return nbytes >= HUGE_PAGE_BYTES and t.untyped_storage().data_ptr() % HUGE_PAGE_BYTES != 0
+
+
+def to_hugepages(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` on huge-page memory (same shape, dtype and strides when contiguous), or
+    ``t`` itself when it is smaller than 2 MiB or already there. Use it once, as
+    ``param.data = to_hugepages(param.data)``."""
+    if not is_hugepage_candidate(t):
+        return t
+    out = empty_hugepage(t.shape, t.dtype)
+    out.copy_(t)
+    return out
+
+
+def hugepage_backed_fraction(t: torch.Tensor) -> float:
+    """The fraction of ``t``'s bytes that the kernel backs with huge pages now (from
+    /proc/self/smaps; -1.0 when that cannot be read)."""
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        return 0.0
+    got = _fusekit.huge_page_backed_bytes(t.data_ptr(), nbytes)
+    return -1.0 if got < 0 else got / nbytes
