@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds with warnings as errors, runs every test.
-#   scripts/test.sh             Release build in build/
+#   scripts/test.sh             Release build in build/, then the Python package: installed with
+#                               `pip install .` (scripts/install_python_deps.sh first) and its
+#                               pytest suite (tests/python)
 #   scripts/test.sh --sanitize  ASan + UBSan build in build-asan/
 #   scripts/test.sh --clang     clang 14 Release build in build-clang/ (warnings as errors too)
 #   scripts/test.sh --clang-sanitize   clang 14 ASan + UBSan build in build-clang-asan/
@@ -54,3 +56,14 @@ fi
 cmake -S . -B "$build" -G Ninja -DFUSEKIT_WERROR=ON -UFUSEKIT_OPS "${extra[@]}" >/dev/null  # every operator
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" -j "$(nproc)" --output-on-failure ${ctest_extra[@]+"${ctest_extra[@]}"}
+
+# The Python package and its tests (the default mode only: the sanitizer and clang modes test the
+# C++ library, which the package links as it is).
+if [ -z "${1:-}" ]; then
+  bash scripts/install_python_deps.sh
+  echo "[python] pip install . (build folder: build/python-*)"
+  python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation . 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+      --break-system-packages .
+  python3 -m pytest -q -p no:cacheprovider tests/python
+fi

@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -72,7 +73,10 @@ using AnyArray = nb::ndarray<nb::ro>;
 const char *dlpack_dtype_name(nb::dlpack::dtype t) {
   switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
     case nb::dlpack::dtype_code::Float:
-      return t.bits == 64 ? "float64" : t.bits == 32 ? "float32" : t.bits == 16 ? "float16" : "float";
+      return t.bits == 64   ? "float64"
+             : t.bits == 32 ? "float32"
+             : t.bits == 16 ? "float16"
+                            : "float";
     case nb::dlpack::dtype_code::Bfloat:
       return "bfloat16";
     case nb::dlpack::dtype_code::Int:
@@ -167,17 +171,29 @@ bool is_torch_tensor(nb::handle obj) {
   return t.ready && PyObject_TypeCheck(obj.ptr(), (PyTypeObject *)t.tensor.ptr());
 }
 
+// Strides of dimensions that are never stepped over (size 0 or 1, or any dimension of an empty
+// array) mean nothing, and producers report anything there (NumPy and nanobind 0 for an empty
+// array, torch whatever the view had): they get the row-major value, so that layout checks see
+// the layout that matters.
+void normalize_strides(TensorView *v) {
+  int64_t numel = 1;
+  for (int i = 0; i < v->ndim; ++i) numel *= v->shape[i];
+  int64_t natural = 1;
+  for (int i = v->ndim - 1; i >= 0; --i) {
+    if (numel == 0 || v->shape[i] <= 1) v->strides[i] = natural;
+    natural = v->strides[i] * (v->shape[i] > 0 ? v->shape[i] : 1);
+  }
+}
+
 TensorView torch_view_of(nb::handle obj, const char *fn, const char *name) {
   const TorchTypes &t = torch_types();
   if (!nb::cast<bool>(obj.attr("is_cpu"))) {
-    raise_value(std::string(fn) + ": " + name + " is on " +
-                py_str(obj.attr("device")) +
+    raise_value(std::string(fn) + ": " + name + " is on " + py_str(obj.attr("device")) +
                 "; fusekit runs on CPU tensors (move it with .cpu(), or keep this step on the "
                 "device's own optimizer)");
   }
   if (!obj.attr("layout").is(t.strided)) {
-    raise_value(std::string(fn) + ": " + name + " has layout " +
-                py_str(obj.attr("layout")) +
+    raise_value(std::string(fn) + ": " + name + " has layout " + py_str(obj.attr("layout")) +
                 "; fusekit takes dense (strided) tensors");
   }
   nb::object dt = obj.attr("dtype");
@@ -207,6 +223,7 @@ TensorView torch_view_of(nb::handle obj, const char *fn, const char *name) {
   }
   v.data = reinterpret_cast<void *>(nb::cast<uintptr_t>(obj.attr("data_ptr")()));
   v.device = Device::kCpu;
+  normalize_strides(&v);
   return v;
 }
 
@@ -216,10 +233,13 @@ TensorView view_of(nb::handle obj, const char *fn, const char *name, bool writab
   if (is_torch_tensor(obj)) return torch_view_of(obj, fn, name);
   AnyArray a;
   if (!nb::try_cast<AnyArray>(obj, a, /*convert=*/false)) {
-    raise_value(std::string(fn) + ": " + name + " must be an array (DLPack or the buffer protocol: "
-                "a NumPy array, a torch CPU tensor), got " + nb::inst_name(obj).c_str());
+    raise_value(std::string(fn) + ": " + name +
+                " must be an array (DLPack or the buffer protocol: "
+                "a NumPy array, a torch CPU tensor), got " +
+                nb::inst_name(obj).c_str());
   }
-  if (a.device_type() != nb::device::cpu::value && a.device_type() != nb::device::cuda_host::value) {
+  if (a.device_type() != nb::device::cpu::value &&
+      a.device_type() != nb::device::cuda_host::value) {
     raise_value(std::string(fn) + ": " + name + " is on " + device_type_name(a.device_type()) +
                 "; fusekit runs on CPU tensors (move it with .cpu(), or keep this step on the "
                 "device's own optimizer)");
@@ -249,6 +269,7 @@ TensorView view_of(nb::handle obj, const char *fn, const char *name, bool writab
     v.strides[i] = a.stride(static_cast<size_t>(i));
   }
   v.device = Device::kCpu;
+  normalize_strides(&v);
   return v;
 }
 
@@ -263,8 +284,9 @@ struct Workspace {
   void *get(size_t n) {
     if (n <= size) return data;
     void *p = allocate_host(n, /*huge_pages=*/true);
-    if (p == nullptr) raise_status(Status::Runtime("fusekit: cannot allocate a workspace of " +
-                                                   std::to_string(n) + " bytes"));
+    if (p == nullptr)
+      raise_status(Status::Runtime("fusekit: cannot allocate a workspace of " + std::to_string(n) +
+                                   " bytes"));
     free_host(data);
     data = p;
     size = n;
@@ -343,19 +365,21 @@ AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, i
   return stats;
 }
 
-ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::handle m,
-                                        nb::handle v, nb::handle qmap_m, nb::handle qmap_v,
-                                        nb::handle absmax_m, nb::handle absmax_v, int64_t step,
-                                        double lr, double beta1, double beta2, double weight_decay,
-                                        double eps, double gnorm_scale, int64_t block_size,
-                                        int num_threads,
+ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::handle m, nb::handle v,
+                                        nb::handle qmap_m, nb::handle qmap_v, nb::handle absmax_m,
+                                        nb::handle absmax_v, int64_t step, double lr, double beta1,
+                                        double beta2, double weight_decay, double eps,
+                                        double gnorm_scale, int64_t block_size, int num_threads,
                                         const std::optional<std::string> &implementation) {
   constexpr const char *fn = "fusekit.apply_adam_w_quant";
-  const ApplyAdamWQuantTensors t{
-      view_of(var, fn, "var", true),          view_of(grad, fn, "grad", false),
-      view_of(m, fn, "m", true),              view_of(v, fn, "v", true),
-      view_of(qmap_m, fn, "qmap_m", false),   view_of(qmap_v, fn, "qmap_v", false),
-      view_of(absmax_m, fn, "absmax_m", true), view_of(absmax_v, fn, "absmax_v", true)};
+  const ApplyAdamWQuantTensors t{view_of(var, fn, "var", true),
+                                 view_of(grad, fn, "grad", false),
+                                 view_of(m, fn, "m", true),
+                                 view_of(v, fn, "v", true),
+                                 view_of(qmap_m, fn, "qmap_m", false),
+                                 view_of(qmap_v, fn, "qmap_v", false),
+                                 view_of(absmax_m, fn, "absmax_m", true),
+                                 view_of(absmax_v, fn, "absmax_v", true)};
   ApplyAdamWQuantOptions o;
   o.lr = lr;
   o.beta1 = beta1;
@@ -392,6 +416,25 @@ AddLoraStats add_lora(nb::handle out, nb::handle y, nb::handle x, nb::handle wei
                    view_of(indices, fn, "indices", false),
                    weight_a.is_none() ? TensorView{} : view_of(weight_a, fn, "weight_a", false),
                    view_of(out, fn, "out", true)};
+  // The operator takes int32 indices (CANN's type); torch and vLLM hold them as int64. Those are
+  // narrowed into a per-thread scratch copy of B elements, refusing a value int32 cannot hold
+  // (narrowing it would wrap it into a valid adapter).
+  static thread_local std::vector<int32_t> narrowed;
+  if (t.indices.dtype == DType::kInt64 && t.indices.ndim == 1) {
+    const int64_t n = t.indices.shape[0], stride = t.indices.strides[0];
+    const auto *src = static_cast<const int64_t *>(t.indices.data);
+    narrowed.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t value = src[i * stride];
+      if (value < INT32_MIN || value > INT32_MAX) {
+        raise_status(Status::ShapeMismatch(std::string(fn) + ": indices[" + std::to_string(i) +
+                                           "] = " + std::to_string(value) +
+                                           " is not an adapter slot (outside int32)"));
+      }
+      narrowed[static_cast<size_t>(i)] = static_cast<int32_t>(value);
+    }
+    t.indices = TensorView::contiguous(narrowed.data(), DType::kInt32, {n});
+  }
   AddLoraOptions o;
   o.layer_idx = layer_idx;
   o.scale = scale;
@@ -507,9 +550,9 @@ NB_MODULE(_fusekit, mod) {
   mod.def("adam_w", &python::adam_w, "var"_a, "grad"_a, "m"_a, "v"_a, "step"_a, "lr"_a, "beta1"_a,
           "beta2"_a, "weight_decay"_a, "eps"_a, "gnorm_scale"_a, "num_threads"_a,
           "implementation"_a.none());
-  mod.def("apply_adam_w_quant", &python::apply_adam_w_quant, "var"_a, "grad"_a, "m"_a, "v"_a, "qmap_m"_a,
-          "qmap_v"_a, "absmax_m"_a, "absmax_v"_a, "step"_a, "lr"_a, "beta1"_a, "beta2"_a,
-          "weight_decay"_a, "eps"_a, "gnorm_scale"_a, "block_size"_a, "num_threads"_a,
+  mod.def("apply_adam_w_quant", &python::apply_adam_w_quant, "var"_a, "grad"_a, "m"_a, "v"_a,
+          "qmap_m"_a, "qmap_v"_a, "absmax_m"_a, "absmax_v"_a, "step"_a, "lr"_a, "beta1"_a,
+          "beta2"_a, "weight_decay"_a, "eps"_a, "gnorm_scale"_a, "block_size"_a, "num_threads"_a,
           "implementation"_a.none());
   mod.def("add_lora", &python::add_lora, "out"_a, "y"_a, "x"_a, "weight_b"_a, "indices"_a,
           "weight_a"_a.none(), "layer_idx"_a, "scale"_a, "y_offset"_a, "y_slice_size"_a,

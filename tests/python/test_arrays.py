@@ -1,0 +1,374 @@
+"""The framework-neutral functions of the fusekit package on NumPy arrays (and torch CPU tensors
+where torch is installed): results against the NumPy golden references of golden/ (written from
+the specs, independent of the C++ kernels), refusals that raise with the library's message and
+modify nothing, and the plumbing (threads, GIL, strides, huge pages)."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fusekit
+from golden.add_lora import reference as add_lora_reference
+from golden.apply_adam_w_quant import create_dynamic_map as golden_dynamic_map
+from golden.apply_adam_w_quant import golden_step as awq_golden
+from golden.lazy_adam import lazy_adam_golden
+
+SEED = 20261201
+POISON = np.float32(-7.77e7)  # no update produces it: a row that should not change keeps it
+
+
+def rng(k=0):
+    return np.random.default_rng(SEED + k)
+
+
+def lazy_inputs(r, d, n, k=0, dup=True):
+    g = rng(k)
+    idx = g.integers(0, r, n) if dup else g.permutation(r)[:n]
+    return (g.standard_normal((n, d)).astype(np.float32), idx.astype(np.int64),
+            g.standard_normal((r, d)).astype(np.float32) * np.float32(0.1),
+            g.random((r, d)).astype(np.float32) * np.float32(0.01),
+            g.standard_normal((r, d)).astype(np.float32))
+
+
+# ---- LazyAdam ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("d", [1, 7, 8, 16, 17, 32, 64, 65])
+@pytest.mark.parametrize("dup", [False, True])
+@pytest.mark.parametrize("impl", fusekit.implementations("lazy_adam"))
+def test_lazy_adam_equals_golden(d, dup, impl):
+    grad, idx, m, v, var = lazy_inputs(300, d, 120, k=d, dup=dup)
+    idx[::17] = -1  # padding
+    want = lazy_adam_golden(grad, idx, m, v, var, 0.01, 0.9, 0.999, 1e-7)
+    st = fusekit.lazy_adam(grad, idx, m, v, var, 0.01, beta1=0.9, beta2=0.999, epsilon=1e-7,
+                           implementation=impl)
+    for got, exp in zip((m, v, var), want):
+        np.testing.assert_array_equal(got, exp)  # bitwise: the spec fixes the float32 order
+    keep = idx[idx >= 0]
+    assert st.rows_updated == len(np.unique(keep))
+    assert st.indices_padding == int(np.sum(idx < 0))
+
+
+def test_lazy_adam_int32_indices_and_nonfinite_row():
+    grad, idx, m, v, var = lazy_inputs(50, 8, 40, k=1)
+    grad[3, 2] = np.inf
+    want = lazy_adam_golden(grad, idx, m, v, var, 0.02, 0.9, 0.99, 1e-8)
+    st = fusekit.lazy_adam(grad, idx.astype(np.int32), m, v, var, 0.02, beta2=0.99, epsilon=1e-8)
+    for got, exp in zip((m, v, var), want):
+        np.testing.assert_array_equal(got, exp)
+    assert st.rows_skipped_nonfinite == 1
+
+
+def test_lazy_adam_out_of_range_modifies_nothing():
+    grad, idx, m, v, var = lazy_inputs(64, 8, 30, k=2)
+    idx[11] = 64
+    before = [a.copy() for a in (m, v, var)]
+    with pytest.raises(fusekit.Error, match=r"indices\[11\] = 64") as e:
+        fusekit.lazy_adam(grad, idx, m, v, var, 0.01)
+    assert e.value.code == 161002
+    for a, b in zip((m, v, var), before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_lazy_adam_strided_rows():
+    # Row strides are free: step a table that is every other row of a larger buffer.
+    grad, idx, m, v, var = lazy_inputs(40, 8, 25, k=3)
+    big = [np.full((80, 8), POISON, np.float32) for _ in range(3)]
+    for b, a in zip(big, (m, v, var)):
+        b[::2] = a
+    want = lazy_adam_golden(grad, idx, m, v, var, 0.01, 0.9, 0.999, 1e-7)
+    fusekit.lazy_adam(grad, idx, big[0][::2], big[1][::2], big[2][::2], 0.01)
+    for b, exp in zip(big, want):
+        np.testing.assert_array_equal(b[::2], exp)
+        assert np.all(b[1::2] == POISON)
+
+
+def test_lazy_adam_empty():
+    grad, idx, m, v, var = lazy_inputs(10, 4, 0, k=4)
+    before = var.copy()
+    st = fusekit.lazy_adam(grad, idx, m, v, var, 0.01)
+    assert st.rows_updated == 0
+    np.testing.assert_array_equal(var, before)
+
+
+# ---- refusals common to every function ----------------------------------------------------------
+def test_wrong_dtype_names_argument_and_dtype():
+    grad, idx, m, v, var = lazy_inputs(10, 4, 3)
+    with pytest.raises(fusekit.Error, match=r"gradient has dtype float64"):
+        fusekit.lazy_adam(grad.astype(np.float64), idx, m, v, var, 0.01)
+
+
+def test_read_only_output_refused():
+    grad, idx, m, v, var = lazy_inputs(10, 4, 3)
+    var.flags.writeable = False
+    with pytest.raises(fusekit.Error, match=r"var is read-only"):
+        fusekit.lazy_adam(grad, idx, m, v, var, 0.01)
+
+
+def test_not_an_array_refused():
+    _, idx, m, v, var = lazy_inputs(10, 4, 3)
+    with pytest.raises(fusekit.Error, match=r"gradient must be an array.*got list"):
+        fusekit.lazy_adam([[1.0] * 4] * 3, idx, m, v, var, 0.01)
+
+
+def test_shape_mismatch_names_shapes():
+    grad, idx, m, v, var = lazy_inputs(10, 4, 3)
+    before = var.copy()
+    with pytest.raises(fusekit.Error, match=r"\[10, 4\]|\[10, 5\]"):
+        fusekit.lazy_adam(grad, idx, m, v, np.zeros((10, 5), np.float32), 0.01)
+    np.testing.assert_array_equal(var, before)
+
+
+def test_error_is_value_error_with_code():
+    assert issubclass(fusekit.Error, ValueError)
+    assert issubclass(fusekit.NoImplementationError, fusekit.Error)
+    assert issubclass(fusekit.NoImplementationError, NotImplementedError)
+
+
+def test_unknown_implementation():
+    grad, idx, m, v, var = lazy_inputs(10, 4, 3)
+    with pytest.raises(fusekit.Error, match=r"no implementation is named \"cpu_nope\""):
+        fusekit.lazy_adam(grad, idx, m, v, var, 0.01, implementation="cpu_nope")
+
+
+# ---- AdamW ------------------------------------------------------------------------------------
+def adam_w_oracle(var, grad, m, v, step, lr, b1, b2, wd, eps):
+    """docs/adam_w.md in float32, written here: var += (m*step_size)/(sqrt(v)+eps*c2s), decay
+    after. (Inputs are finite and moderate: the non-finite guard is not exercised.)"""
+    f = np.float32
+    b1, b2, lr, wd, eps = f(b1), f(b2), f(lr), f(wd), f(eps)
+    t = f(step + 1)
+    c1 = f(1) - np.power(b1, t, dtype=f)
+    c2s = np.sqrt(f(1) - np.power(b2, t, dtype=f), dtype=f)
+    step_size = f(f(-lr * c2s) / c1)
+    g = grad.astype(f)
+    m2 = m * b1 + g * (f(1) - b1)
+    v2 = v * b2 + (g * g) * (f(1) - b2)
+    w = var.astype(f) + (m2 * step_size) / (np.sqrt(v2) + f(eps * c2s))
+    if wd > 0:
+        w = w * f(f(1) - lr * wd)
+    return w, m2, v2
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 255, 1000])
+@pytest.mark.parametrize("impl", fusekit.implementations("adam_w"))
+def test_adam_w_float32_equals_oracle(n, impl):
+    g = rng(n)
+    var = g.standard_normal(n).astype(np.float32)
+    grad = g.standard_normal(n).astype(np.float32)
+    m = g.standard_normal(n).astype(np.float32) * np.float32(0.1)
+    v = g.random(n).astype(np.float32) * np.float32(0.01)
+    want = adam_w_oracle(var, grad, m, v, 4, 1e-3, 0.9, 0.999, 0.01, 1e-8)
+    st = fusekit.adam_w(var, grad, m, v, 4, lr=1e-3, weight_decay=0.01, implementation=impl)
+    for got, exp in zip((var, m, v), want):
+        np.testing.assert_allclose(got, exp, rtol=2e-7, atol=0)  # SIMD sqrt/div are exact; 1 ulp
+    assert st.elements_skipped_nonfinite == 0
+
+
+def test_adam_w_float16_var():
+    g = rng(5)
+    var = g.standard_normal(300).astype(np.float16)
+    grad = g.standard_normal(300).astype(np.float16)
+    m = np.zeros(300, np.float32)
+    v = np.zeros(300, np.float32)
+    w, _, _ = adam_w_oracle(var, grad, m.copy(), v.copy(), 0, 1e-2, 0.9, 0.999, 0.0, 1e-8)
+    fusekit.adam_w(var, grad, m, v, 0, lr=1e-2)
+    np.testing.assert_array_equal(var, w.astype(np.float16))  # rounded to nearest even once
+
+
+# ---- ApplyAdamWQuant --------------------------------------------------------------------------
+def test_dynamic_maps_equal_golden():
+    for signed in (True, False):
+        np.testing.assert_array_equal(fusekit.create_dynamic_map(signed),
+                                      golden_dynamic_map(signed))
+
+
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 1000, 4096])
+@pytest.mark.parametrize("impl", fusekit.implementations("apply_adam_w_quant"))
+def test_apply_adam_w_quant_equals_golden(n, impl):
+    g = rng(n + 7)
+    qm, qv = fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False)
+    nb = fusekit.quant_blocks(n)
+    var = g.standard_normal(n).astype(np.float32)
+    grad = g.standard_normal(n).astype(np.float32) * np.float32(0.1)
+    m = g.integers(0, 256, n).astype(np.uint8)
+    v = g.integers(0, 256, n).astype(np.uint8)
+    am = g.random(nb).astype(np.float32) * np.float32(0.05)
+    av = g.random(nb).astype(np.float32) * np.float32(0.001)
+    want = awq_golden(var.copy(), grad, m.copy(), v.copy(), qm, qv, am.copy(), av.copy(), 9,
+                      1e-3, 0.9, 0.999, 0.01, 1e-8, 1.0, "float32")
+    st = fusekit.apply_adam_w_quant(var, grad, m, v, qm, qv, am, av, 9, lr=1e-3,
+                                    weight_decay=0.01, implementation=impl)
+    for got, exp in zip((var, m, v, am, av), want[:5]):
+        np.testing.assert_array_equal(got, exp)
+    assert st.blocks_updated == nb and st.blocks_skipped_nonfinite == want[5] == 0
+
+
+def test_apply_adam_w_quant_unsorted_map_modifies_nothing():
+    n = 512
+    qm, qv = fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False)
+    qm[[10, 11]] = qm[[11, 10]]
+    var = np.ones(n, np.float32)
+    grad = np.ones(n, np.float32)
+    m = np.full(n, 128, np.uint8)
+    v = np.zeros(n, np.uint8)
+    am, av = np.ones(2, np.float32), np.ones(2, np.float32)
+    before = [a.copy() for a in (var, m, v, am, av)]
+    with pytest.raises(fusekit.Error, match=r"qmapM\[11\] = .* is less than qmapM\[10\]"):
+        fusekit.apply_adam_w_quant(var, grad, m, v, qm, qv, am, av, 0)
+    for a, b in zip((var, m, v, am, av), before):
+        np.testing.assert_array_equal(a, b)
+
+
+# ---- AddLora ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("b", [1, 7, 8, 9, 40])
+@pytest.mark.parametrize("with_a", [True, False])
+def test_add_lora_float32_against_float64(b, with_a):
+    g = rng(b)
+    W, L, R, H1, H2 = 3, 2, 8, 24, 20
+    x = g.standard_normal((b, H1 if with_a else R)).astype(np.float32)
+    y = g.standard_normal((b, H2 + 6)).astype(np.float32)
+    wa = g.standard_normal((W, L, R, H1)).astype(np.float32) if with_a else None
+    wb = g.standard_normal((W, L, H2, R)).astype(np.float32)
+    idx = g.integers(-1, W, b).astype(np.int64)
+    want, sum_abs = add_lora_reference(x, y, wa, wb, idx, 1, 0.5, 3)
+    out = np.full_like(y, POISON)
+    st = fusekit.add_lora(y, x, wb, idx, wa, out=out, layer_idx=1, scale=0.5, y_offset=3)
+    # float32 accumulation: error bounded by a few ulps of the sum of |terms|
+    assert np.all(np.abs(out - want) <= 1e-5 * sum_abs + 1e-30)
+    assert st.rows_with_adapter == int(np.sum(idx >= 0))
+
+
+def test_add_lora_in_place_and_bad_index():
+    g = rng(11)
+    W, L, R, H = 2, 1, 4, 16
+    x = g.standard_normal((5, H)).astype(np.float16)
+    y = g.standard_normal((5, H)).astype(np.float16)
+    wa = g.standard_normal((W, L, R, H)).astype(np.float16)
+    wb = g.standard_normal((W, L, H, R)).astype(np.float16)
+    idx = np.array([0, 1, -1, 0, 3], np.int32)
+    before = y.copy()
+    with pytest.raises(fusekit.Error, match=r"indices\[4\] = 3") as e:
+        fusekit.add_lora(y, x, wb, idx, wa)
+    assert e.value.code == 561002
+    np.testing.assert_array_equal(y, before)
+    idx[4] = 1
+    want, _ = add_lora_reference(x, y, wa, wb, idx, 0, 1.0, 0)
+    fusekit.add_lora(y, x, wb, idx, wa)  # out defaults to y: in place
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-3, atol=2e-2)
+    assert np.array_equal(y[2], before[2])  # the row without an adapter is untouched
+
+
+# ---- threads, GIL, memory ---------------------------------------------------------------------
+def test_thread_count_set_and_bitwise_equal():
+    grad, idx, m, v, var = lazy_inputs(4000, 32, 3000, k=9)
+    results = []
+    try:
+        for t in (1, 2, 3):
+            fusekit.set_num_threads(t)
+            assert fusekit.get_num_threads() == t
+            mm, vv, ww = m.copy(), v.copy(), var.copy()
+            fusekit.lazy_adam(grad, idx, mm, vv, ww, 0.01)
+            results.append(ww)
+    finally:
+        fusekit.set_num_threads(0)
+    for r in results[1:]:
+        assert r.tobytes() == results[0].tobytes()
+
+
+def test_gil_released_during_a_long_step():
+    # A second Python thread counts while a long step runs. With the GIL held for the whole call
+    # it could not run at all between the call's start and end; released, it keeps counting.
+    n = 4_000_000
+    g = rng(12)
+    var = g.standard_normal(n).astype(np.float32)
+    grad = g.standard_normal(n).astype(np.float32)
+    m = np.zeros(n, np.float32)
+    v = np.zeros(n, np.float32)
+    counts, stop, started = [], threading.Event(), threading.Event()
+
+    def count():
+        c = 0
+        started.set()
+        while not stop.is_set():
+            c += 1
+            counts.append(c)
+
+    t = threading.Thread(target=count)
+    t.start()
+    started.wait()
+    time.sleep(0.01)
+    during = []
+    try:
+        fusekit.set_num_threads(1)  # one kernel thread: the counter has the other core
+        for step in range(5):
+            before = len(counts)
+            fusekit.adam_w(var, grad, m, v, step, lr=1e-3)
+            during.append(len(counts) - before)
+    finally:
+        fusekit.set_num_threads(0)
+        stop.set()
+        t.join()
+    # Python switches threads only at its switch interval (5 ms) while one holds the GIL, and a
+    # step here takes tens of ms: released, the counter runs thousands of times per step.
+    assert max(during) > 1000, during
+
+
+def test_empty_host_is_aligned_and_hugepage_advised():
+    a = fusekit.empty_host(8 << 20)
+    assert a.nbytes == 8 << 20 and a.ctypes.data % (2 << 20) == 0
+    a[:] = 1  # first touch
+    got = fusekit.huge_page_backed_bytes(a)
+    assert got == -1 or 0 <= got <= a.nbytes
+    thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    if "[never]" not in thp:
+        assert got > 0, thp
+    small = fusekit.empty_host(100, huge_pages=False)
+    assert small.nbytes == 100 and small.ctypes.data % 64 == 0
+
+
+# ---- torch tensors through the array functions --------------------------------------------------
+def test_torch_tensors_no_copy():
+    torch = pytest.importorskip("torch")
+    grad, idx, m, v, var = lazy_inputs(100, 16, 60, k=13)
+    want = lazy_adam_golden(grad, idx, m, v, var, 0.01, 0.9, 0.999, 1e-7)
+    tm, tv, tw = (torch.from_numpy(a.copy()) for a in (m, v, var))
+    tw.requires_grad_(True)
+    ptr = tw.data_ptr()
+    fusekit.lazy_adam(torch.from_numpy(grad), torch.from_numpy(idx), tm, tv, tw, 0.01)
+    assert tw.data_ptr() == ptr
+    for got, exp in zip((tm, tv, tw.detach()), want):
+        np.testing.assert_array_equal(got.numpy(), exp)
+
+
+def test_torch_refusals_name_argument():
+    torch = pytest.importorskip("torch")
+    m = torch.zeros(10, 4)
+    v = torch.zeros(10, 4)
+    w = torch.zeros(10, 4)
+    i = torch.zeros(3, dtype=torch.int64)
+    g = torch.ones(3, 4)
+    with pytest.raises(fusekit.Error, match=r"gradient is on meta; fusekit runs on CPU"):
+        fusekit.lazy_adam(g.to("meta"), i, m, v, w, 0.01)
+    with pytest.raises(fusekit.Error, match=r"gradient has layout torch.sparse_coo"):
+        fusekit.lazy_adam(g.to_sparse(), i, m, v, w, 0.01)
+    with pytest.raises(fusekit.Error, match=r"indices has dtype torch.int16"):
+        fusekit.lazy_adam(g, i.to(torch.int16), m, v, w, 0.01)
+    assert torch.count_nonzero(w) == 0
+
+
+def test_torch_bfloat16_add_lora():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(SEED)
+    W, L, R, H = 2, 1, 4, 32
+    x = torch.randn(6, H, generator=gen).bfloat16()
+    y = torch.randn(6, H, generator=gen).bfloat16()
+    wa = torch.randn(W, L, R, H, generator=gen).bfloat16()
+    wb = torch.randn(W, L, H, R, generator=gen).bfloat16()
+    idx = torch.tensor([0, 1, -1, 1, 0, -1])
+    want, sum_abs = add_lora_reference(x.float().numpy(), y.float().numpy(), wa.float().numpy(),
+                                       wb.float().numpy(), idx.numpy(), 0, 1.0, 0)
+    out = torch.empty_like(y)
+    fusekit.add_lora(y, x, wb, idx, wa, out=out)
+    # one rounding to bfloat16 (8 bits of mantissa) of a float32-accumulated value
+    assert np.all(np.abs(out.float().numpy() - want) <= 2.0 ** -8 * np.abs(want) + 1e-5 * sum_abs)
