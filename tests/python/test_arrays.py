@@ -372,3 +372,21 @@ def test_torch_bfloat16_add_lora():
     fusekit.add_lora(y, x, wb, idx, wa, out=out)
     # one rounding to bfloat16 (8 bits of mantissa) of a float32-accumulated value
     assert np.all(np.abs(out.float().numpy() - want) <= 2.0 ** -8 * np.abs(want) + 1e-5 * sum_abs)
+
+
+def test_omp_num_threads_is_the_default():
+    import os
+    import subprocess
+    import sys
+    code = "import fusekit; print(fusekit.get_num_threads())"
+    for n in ("1", "3"):
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, OMP_NUM_THREADS=n),
+                             capture_output=True, text=True, check=True).stdout
+        assert out.strip() == n
+
+
+def test_version_is_the_projects():
+    import pathlib
+    import re
+    cmake = (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    assert fusekit.__version__ == re.search(r"project\(fusekit VERSION ([0-9.]+)", cmake).group(1)
