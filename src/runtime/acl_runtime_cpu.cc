@@ -19,7 +19,6 @@
 namespace fusekit {
 namespace {
 
-
 aclError fail(aclError code, std::string message) {
   set_last_message(std::move(message));
   return code;
