@@ -419,6 +419,10 @@ AddLoraStats add_lora(nb::handle out, nb::handle y, nb::handle x, nb::handle wei
   // The operator takes int32 indices (CANN's type); torch and vLLM hold them as int64. Those are
   // narrowed into a per-thread scratch copy of B elements, refusing a value int32 cannot hold
   // (narrowing it would wrap it into a valid adapter).
+  if (t.indices.dtype != DType::kInt32 && t.indices.dtype != DType::kInt64) {
+    raise_value(std::string(fn) + ": indices has dtype " + dtype_name(t.indices.dtype) +
+                "; int32 or int64 is required");
+  }
   static thread_local std::vector<int32_t> narrowed;
   if (t.indices.dtype == DType::kInt64 && t.indices.ndim == 1) {
     const int64_t n = t.indices.shape[0], stride = t.indices.strides[0];

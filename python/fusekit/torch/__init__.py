@@ -30,6 +30,11 @@ _WHERE = {
 }
 
 
+# The custom ops (torch.ops.fusekit.add_lora, add_lora_) are registered when _lora loads: load it
+# now, so that a graph or program that names them finds them after `import fusekit.torch`.
+from . import _lora  # noqa: E402,F401
+
+
 def __getattr__(name):
     if name in _WHERE:
         value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
