@@ -18,6 +18,7 @@ import torch  # noqa: F401  (this module is the torch face: torch must be import
 _WHERE = {
     "SparseAdam": "_sparse_adam",
     "LazyAdam": "_sparse_adam",
+    "SparseAdamStats": "_sparse_adam",
     "AdamW8bit": "_adam8bit",
     "Adam8bit": "_adam8bit",
     "add_lora": "_lora",
@@ -50,6 +51,7 @@ def __dir__():
 __all__ = [
     "SparseAdam",
     "LazyAdam",
+    "SparseAdamStats",
     "AdamW8bit",
     "Adam8bit",
     "add_lora",
