@@ -6,6 +6,9 @@ or Inf is left unchanged).
 
 Also the dynamic quantization maps (bitsandbytes' create_dynamic_map construction), so that a
 script can start from nothing: create_dynamic_map(signed=True) / (signed=False)."""
+import ctypes
+import ctypes.util
+
 import numpy as np
 
 from golden.common import precision_rule, read_bin, read_params, write_bin, write_params
@@ -29,6 +32,29 @@ SIZES = {
 DEFAULT_SIZE = "medium"
 
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+def _load_powf():
+    # beta^t in float32 is the C library's powf, as CANN's kernel and fusekit's compute it. NumPy's
+    # float32 power is not that function (0.9^4: 0.6561 against powf's 0.6560999), nor is a
+    # float64 pow rounded once (they differ for about 1% of (beta, t) pairs): both would put the
+    # golden a few ulps off the kernel at some steps.
+    name = ctypes.util.find_library("m") or "libm.so.6"
+    try:
+        f = ctypes.CDLL(name).powf
+    except (OSError, AttributeError):
+        return None
+    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    return f
+
+
+_POWF = _load_powf()
+
+
+def powf(base, exponent):
+    if _POWF is None:  # no C library to ask: float64, rounded once
+        return F32(np.power(np.float64(base), np.float64(exponent)))
+    return F32(_POWF(F32(base), F32(exponent)))
 
 
 def create_dynamic_map(signed=True, max_exponent_bits=7):
@@ -107,8 +133,8 @@ def golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps
 def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype):
     b1, b2, lr, wd, eps, gs = F32(beta1), F32(beta2), F32(lr), F32(wd), F32(eps), F32(gnorm)
     t = F32(step + 1)
-    c1 = F32(1) - np.power(b1, t, dtype=F32)
-    c2s = np.sqrt(F32(1) - np.power(b2, t, dtype=F32), dtype=F32)
+    c1 = F32(1) - powf(b1, t)
+    c2s = np.sqrt(F32(1) - powf(b2, t), dtype=F32)
     step_size = F32(F32(-lr * c2s) / c1)
     eps_c2s = F32(eps * c2s)
     decay = F32(F32(1) - lr * wd)

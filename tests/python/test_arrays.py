@@ -13,6 +13,7 @@ import fusekit
 from golden.add_lora import reference as add_lora_reference
 from golden.apply_adam_w_quant import create_dynamic_map as golden_dynamic_map
 from golden.apply_adam_w_quant import golden_step as awq_golden
+from golden.apply_adam_w_quant import powf
 from golden.lazy_adam import lazy_adam_golden
 
 SEED = 20261201
@@ -138,8 +139,8 @@ def adam_w_oracle(var, grad, m, v, step, lr, b1, b2, wd, eps):
     f = np.float32
     b1, b2, lr, wd, eps = f(b1), f(b2), f(lr), f(wd), f(eps)
     t = f(step + 1)
-    c1 = f(1) - np.power(b1, t, dtype=f)
-    c2s = np.sqrt(f(1) - np.power(b2, t, dtype=f), dtype=f)
+    c1 = f(1) - powf(b1, t)  # the C library's powf, as the spec says (see golden)
+    c2s = np.sqrt(f(1) - powf(b2, t), dtype=f)
     step_size = f(f(-lr * c2s) / c1)
     g = grad.astype(f)
     m2 = m * b1 + g * (f(1) - b1)
@@ -152,7 +153,7 @@ def adam_w_oracle(var, grad, m, v, step, lr, b1, b2, wd, eps):
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 255, 1000])
 @pytest.mark.parametrize("impl", fusekit.implementations("adam_w"))
-def test_adam_w_float32_equals_oracle(n, impl):
+def test_adam_w_float32_equals_oracle(n, impl):  # steps 4: where NumPy's power and powf differ
     g = rng(n)
     var = g.standard_normal(n).astype(np.float32)
     grad = g.standard_normal(n).astype(np.float32)
@@ -184,8 +185,9 @@ def test_dynamic_maps_equal_golden():
 
 
 @pytest.mark.parametrize("n", [1, 255, 256, 257, 1000, 4096])
+@pytest.mark.parametrize("step", [0, 3, 9, 1000])
 @pytest.mark.parametrize("impl", fusekit.implementations("apply_adam_w_quant"))
-def test_apply_adam_w_quant_equals_golden(n, impl):
+def test_apply_adam_w_quant_equals_golden(n, step, impl):
     g = rng(n + 7)
     qm, qv = fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False)
     nb = fusekit.quant_blocks(n)
@@ -195,9 +197,9 @@ def test_apply_adam_w_quant_equals_golden(n, impl):
     v = g.integers(0, 256, n).astype(np.uint8)
     am = g.random(nb).astype(np.float32) * np.float32(0.05)
     av = g.random(nb).astype(np.float32) * np.float32(0.001)
-    want = awq_golden(var.copy(), grad, m.copy(), v.copy(), qm, qv, am.copy(), av.copy(), 9,
+    want = awq_golden(var.copy(), grad, m.copy(), v.copy(), qm, qv, am.copy(), av.copy(), step,
                       1e-3, 0.9, 0.999, 0.01, 1e-8, 1.0, "float32")
-    st = fusekit.apply_adam_w_quant(var, grad, m, v, qm, qv, am, av, 9, lr=1e-3,
+    st = fusekit.apply_adam_w_quant(var, grad, m, v, qm, qv, am, av, step, lr=1e-3,
                                     weight_decay=0.01, implementation=impl)
     for got, exp in zip((var, m, v, am, av), want[:5]):
         np.testing.assert_array_equal(got, exp)
