@@ -613,3 +613,24 @@ def test_gil_released_during_a_large_call():
         fusekit.set_num_threads(0)
     assert held <= 0.125, (held, held_s)  # the probe does see a held GIL (0 expected)
     assert max(c for c, _ in released) >= 0.75, released
+
+
+def test_eager_fast_path_bumps_the_version_counter():
+    # A plain eager add_lora_ skips the torch.library dispatch (about 10 us a call) and must still
+    # tell autograd that y changed: a tensor saved for backward and then modified in place is an
+    # error at backward time, as with any in-place torch op.
+    g = torch.Generator().manual_seed(5)
+    y = torch.randn(4, 8, generator=g)
+    x = torch.randn(4, 8, generator=g)
+    wa = torch.randn(2, 1, 4, 8, generator=g)
+    wb = torch.randn(2, 1, 8, 4, generator=g)
+    idx = torch.tensor([0, 1, -1, 0])
+    v0 = y._version
+    ft.add_lora_(y, x, wb, idx, wa)
+    assert y._version > v0
+    w = torch.randn(8, requires_grad=True)
+    yy = y.clone()
+    loss = (yy * w).sum()  # saves yy for backward
+    ft.add_lora_(yy, x, wb, idx, wa)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
