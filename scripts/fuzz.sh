@@ -29,7 +29,7 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=
   -DFUSEKIT_BUILD_TESTS=OFF -DFUSEKIT_BUILD_BENCHMARKS=OFF -DFUSEKIT_BUILD_EXAMPLES=OFF \
   "${ops[@]}" >/dev/null
 
-all=(create_tensor lazy_adam apply_adam_w_quant add_lora)
+all=(create_tensor lazy_adam apply_adam_w_quant add_lora lazy_adam_quant)
 read -r -a wanted <<<"${FUSEKIT_FUZZ_TARGETS:-${all[*]}}"
 built=$(ninja -C "$build" -t targets all 2>/dev/null)
 targets=()

@@ -15,7 +15,11 @@ and the figures as JSON (--json).
     python examples/python/train_recsys.py                      # defaults: a few minutes, 2 cores
     python examples/python/train_recsys.py --steps 50 --rows 200000,100000   # a quick look
 
-New embedding optimizers (an 8-bit SparseAdam, say) are added by name in SPARSE_OPTIMIZERS.
+New embedding optimizers are added by name in SPARSE_OPTIMIZERS (`fusekit8bit`:
+fusekit.torch.SparseAdam8bit, 8-bit state):
+
+    python examples/python/train_recsys.py --optimizers fusekit,fusekit8bit \
+        --plot docs/recsys_8bit_loss.png --json out/recsys_8bit.json
 """
 
 from __future__ import annotations
@@ -44,11 +48,32 @@ def _fusekit_sparse_adam(params, lr):
     return fusekit.torch.SparseAdam(params, lr=lr)
 
 
+def _fusekit_sparse_adam8bit(params, lr):
+    import fusekit.torch
+    cls = getattr(fusekit.torch, "SparseAdam8bit", None)
+    if cls is None:  # not exported by this version of fusekit.torch: its module
+        from fusekit.torch._sparse_adam8bit import SparseAdam8bit as cls
+    return cls(params, lr=lr)
+
+
 # name -> (factory(params, lr) -> optimizer, label for the plot). Add new ones here.
 SPARSE_OPTIMIZERS = {
     "torch": (_torch_sparse_adam, "torch.optim.SparseAdam"),
     "fusekit": (_fusekit_sparse_adam, "fusekit.torch.SparseAdam"),
+    "fusekit8bit": (_fusekit_sparse_adam8bit, "fusekit.torch.SparseAdam8bit"),
 }
+
+
+def state_bytes(opt):
+    """Bytes of the tensors in an optimizer's state (a tensor shared by several states, such as
+    the 8-bit maps, counted once)."""
+    seen, total = set(), 0
+    for st in opt.state.values():
+        for t in st.values():
+            if isinstance(t, torch.Tensor) and id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total
 
 
 # ---- data ----------------------------------------------------------------------------------
@@ -166,6 +191,9 @@ def train_one(name, args, world, batches, heldout):
         "median_sparse_step_s": statistics.median(t_sparse),
         "median_train_step_s": statistics.median(t_step),
         "first_sparse_step_s": t_sparse[0],
+        # the embedding optimizer's state per table row (all rows: the state covers the tables)
+        "state_bytes_per_row": state_bytes(sparse_opt) / sum(p.shape[0]
+                                                             for p in model.sparse_parameters()),
         "losses": losses,
     }
     del model, sparse_opt, dense_opt
@@ -274,7 +302,8 @@ def main(argv=None):
               f"{r['heldout_log_loss']:.4f}, AUC {r['heldout_auc']:.4f}; median step: sparse "
               f"optimizer {r['median_sparse_step_s'] * 1e3:.2f} ms, whole train step "
               f"{r['median_train_step_s'] * 1e3:.2f} ms (first sparse step "
-              f"{r['first_sparse_step_s'] * 1e3:.0f} ms; {r['wall_s']:.0f} s in all)")
+              f"{r['first_sparse_step_s'] * 1e3:.0f} ms; {r['wall_s']:.0f} s in all); "
+              f"optimizer state {r['state_bytes_per_row']:.2f} bytes per row")
     if len(results) > 1:
         base = results[0]
         for r in results[1:]:

@@ -43,6 +43,7 @@
 #include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
+#include "fusekit/quant_map.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -50,26 +51,8 @@ namespace fusekit {
 
 // Elements per absmax block (the only block size CANN's kernel and this one accept).
 inline constexpr int64_t kAdamWQuantBlockSize = 256;
-// Entries in a quantization map.
-inline constexpr int kQuantMapSize = 256;
-
-// The dynamic quantization map of bitsandbytes' create_dynamic_map: for each of
-// `max_exponent_bits` decades 10^(i - max_exponent_bits + 1), the midpoints of an even split of
-// [0.1, 1] (2^i of them per sign when signed, 2^(i+1) when unsigned), then 0 and 1.0, padded with
-// zeros to 256 entries and sorted ascending. Signed (for m): 127 negative values, 0, 127 positive
-// values and 1.0. Unsigned (for v): 0, 254 positive values and 1.0. Computed in double, rounded
-// once to float32. max_exponent_bits outside [1, 7] is clamped.
-FUSEKIT_API std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed,
-                                                                int max_exponent_bits = 7);
-
-// How the generic SIMD implementation ("cpu_hwy") finds the nearest code. The others ignore it:
-// the reference implementation always runs the exact threshold search by binary search, and the
-// AVX-512 VBMI one its in-register search.
-enum class QuantSearch {
-  kAuto,          // kTable for tensors of 65,536 elements or more, else kBinarySearch
-  kTable,         // a 65,536-entry table over the normalized value's float bits, then a comparison
-  kBinarySearch,  // 8 branch-free steps over the 255 decision thresholds
-};
+// kQuantMapSize, create_dynamic_map() and QuantSearch are in fusekit/quant_map.h (shared with
+// LazyAdamQuant). QuantSearch::kAuto picks the table for tensors of 65,536 elements or more.
 
 struct ApplyAdamWQuantOptions {
   // The attributes as the aclnn call takes them (doubles, converted to float32 when planned).

@@ -6,6 +6,7 @@ are written in place; each function returns the stats the C++ API returns. A ref
 :class:`fusekit.Error` (a ``ValueError``) with the library's message, and modifies nothing.
 
 - :func:`lazy_adam`: one Adam step on the rows of a table that a batch touched.
+- :func:`lazy_adam_quant`: the same step with 8-bit block-wise m and v (fusekit's own operator).
 - :func:`adam_w`: one AdamW step on float32 moments.
 - :func:`apply_adam_w_quant`: one AdamW step on 8-bit block-wise quantized moments.
 - :func:`add_lora`: multi-adapter LoRA: ``y[i] += scale * x[i] @ A[idx[i]].T @ B[idx[i]].T``.
@@ -26,6 +27,7 @@ from ._fusekit import (  # noqa: F401  (re-exported)
     AdamWStats,
     ApplyAdamWQuantStats,
     Error,
+    LazyAdamQuantStats,
     LazyAdamStats,
     NoImplementationError,
 )
@@ -37,6 +39,7 @@ __all__ = [
     "Error",
     "NoImplementationError",
     "lazy_adam",
+    "lazy_adam_quant",
     "adam_w",
     "apply_adam_w_quant",
     "add_lora",
@@ -68,6 +71,25 @@ def lazy_adam(gradient, indices, m, v, var, lr: float, *, beta1: float = 0.9, be
     """
     return _fusekit.lazy_adam(gradient, indices, m, v, var, float(lr), float(beta1), float(beta2),
                               float(epsilon), int(num_threads), implementation)
+
+
+def lazy_adam_quant(gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v, lr: float,
+                    *, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-7,
+                    num_threads: int = 0,
+                    implementation: Optional[str] = None) -> LazyAdamQuantStats:
+    """One LazyAdam step with 8-bit moments, in place on the touched rows of ``m``, ``v`` (uint8
+    codes [R, D]), ``absmax_m``, ``absmax_v`` (float32 [R, ceil(D / 256)]) and ``var`` (float32,
+    float16 or bfloat16 [R, D]).
+
+    ``gradient`` [N, D] in var's dtype or float32; ``indices`` as for :func:`lazy_adam`;
+    ``qmap_m``/``qmap_v``: :func:`create_dynamic_map` (signed / unsigned). Per touched row:
+    dequantize, LazyAdam's float32 update (``lr`` already bias-corrected), requantize with
+    ApplyAdamWQuant's nearest-code rule. See docs/lazy_adam_quant.md. Returns
+    :class:`LazyAdamQuantStats`.
+    """
+    return _fusekit.lazy_adam_quant(gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m,
+                                    absmax_v, float(lr), float(beta1), float(beta2),
+                                    float(epsilon), int(num_threads), implementation)
 
 
 def adam_w(var, grad, m, v, step: int, *, lr: float = 1e-3, beta1: float = 0.9,

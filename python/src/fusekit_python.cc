@@ -23,6 +23,7 @@
 #include "fusekit/add_lora.h"
 #include "fusekit/apply_adam_w_quant.h"
 #include "fusekit/lazy_adam.h"
+#include "fusekit/lazy_adam_quant.h"
 #include "fusekit/memory.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
@@ -335,6 +336,44 @@ LazyAdamStats lazy_adam(nb::handle gradient, nb::handle indices, nb::handle m, n
   return stats;
 }
 
+LazyAdamQuantStats lazy_adam_quant(nb::handle gradient, nb::handle indices, nb::handle m,
+                                   nb::handle v, nb::handle var, nb::handle qmap_m,
+                                   nb::handle qmap_v, nb::handle absmax_m, nb::handle absmax_v,
+                                   double lr, double beta1, double beta2, double epsilon,
+                                   int num_threads,
+                                   const std::optional<std::string> &implementation) {
+  constexpr const char *fn = "fusekit.lazy_adam_quant";
+  const LazyAdamQuantTensors t{view_of(gradient, fn, "gradient", false),
+                               view_of(indices, fn, "indices", false),
+                               view_of(m, fn, "m", true),
+                               view_of(v, fn, "v", true),
+                               view_of(var, fn, "var", true),
+                               view_of(qmap_m, fn, "qmap_m", false),
+                               view_of(qmap_v, fn, "qmap_v", false),
+                               view_of(absmax_m, fn, "absmax_m", true),
+                               view_of(absmax_v, fn, "absmax_v", true)};
+  LazyAdamQuantOptions o;
+  o.beta1 = beta1;
+  o.beta2 = beta2;
+  o.epsilon = epsilon;
+  o.num_threads = num_threads;
+  o.implementation = implementation_name(implementation);
+  LazyAdamQuantProblem problem;
+  LazyAdamQuant plan;
+  check(LazyAdamQuantProblem::make(t, o, &problem));
+  check(LazyAdamQuant::plan(problem, o, &plan));
+  void *ws = workspace(plan.workspace_size());
+  LazyAdamQuantStats stats;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, plan.workspace_size(),
+                 &stats);
+  }
+  check(s);
+  return stats;
+}
+
 AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, int64_t step,
                   double lr, double beta1, double beta2, double weight_decay, double eps,
                   double gnorm_scale, int num_threads,
@@ -522,6 +561,16 @@ NB_MODULE(_fusekit, mod) {
                                        {"rows_skipped_nonfinite", s.rows_skipped_nonfinite},
                                        {"indices_padding", s.indices_padding}});
       });
+  nb::class_<LazyAdamQuantStats>(mod, "LazyAdamQuantStats")
+      .def_ro("rows_updated", &LazyAdamQuantStats::rows_updated)
+      .def_ro("rows_skipped_nonfinite", &LazyAdamQuantStats::rows_skipped_nonfinite)
+      .def_ro("indices_padding", &LazyAdamQuantStats::indices_padding)
+      .def("__repr__", [](const LazyAdamQuantStats &s) {
+        return repr_of<LazyAdamQuantStats>("LazyAdamQuantStats",
+                                           {{"rows_updated", s.rows_updated},
+                                            {"rows_skipped_nonfinite", s.rows_skipped_nonfinite},
+                                            {"indices_padding", s.indices_padding}});
+      });
   nb::class_<AdamWStats>(mod, "AdamWStats")
       .def_ro("elements_skipped_nonfinite", &AdamWStats::elements_skipped_nonfinite)
       .def("__repr__", [](const AdamWStats &s) {
@@ -551,6 +600,9 @@ NB_MODULE(_fusekit, mod) {
 
   mod.def("lazy_adam", &python::lazy_adam, "gradient"_a, "indices"_a, "m"_a, "v"_a, "var"_a, "lr"_a,
           "beta1"_a, "beta2"_a, "epsilon"_a, "num_threads"_a, "implementation"_a.none());
+  mod.def("lazy_adam_quant", &python::lazy_adam_quant, "gradient"_a, "indices"_a, "m"_a, "v"_a,
+          "var"_a, "qmap_m"_a, "qmap_v"_a, "absmax_m"_a, "absmax_v"_a, "lr"_a, "beta1"_a, "beta2"_a,
+          "epsilon"_a, "num_threads"_a, "implementation"_a.none());
   mod.def("adam_w", &python::adam_w, "var"_a, "grad"_a, "m"_a, "v"_a, "step"_a, "lr"_a, "beta1"_a,
           "beta2"_a, "weight_decay"_a, "eps"_a, "gnorm_scale"_a, "num_threads"_a,
           "implementation"_a.none());
@@ -576,11 +628,12 @@ NB_MODULE(_fusekit, mod) {
 
   mod.def("implementations", [](const std::string &op) -> std::vector<std::string> {
     if (op == "lazy_adam") return LazyAdam::implementations();
+    if (op == "lazy_adam_quant") return LazyAdamQuant::implementations();
     if (op == "adam_w") return AdamW::implementations();
     if (op == "apply_adam_w_quant") return ApplyAdamWQuant::implementations();
     if (op == "add_lora") return AddLora::implementations();
     raise_value("fusekit.implementations: no operator is named \"" + op +
-                "\" (lazy_adam, adam_w, apply_adam_w_quant, add_lora)");
+                "\" (lazy_adam, lazy_adam_quant, adam_w, apply_adam_w_quant, add_lora)");
   });
   mod.def("set_num_threads", &set_num_threads, "n"_a);
   mod.def("get_num_threads", &num_threads);

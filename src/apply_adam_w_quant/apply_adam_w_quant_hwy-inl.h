@@ -1,7 +1,7 @@
 // fusekit internal, per Highway target: ApplyAdamWQuant's generic kernel (QuantBlocks) and its
-// nearest-code searches, for every target Highway builds. Included by apply_adam_w_quant_hwy.cc
-// (the cpu_hwy implementation) and apply_adam_w_quant_avx512vbmi.cc (whose kernel runs a partial
-// last block, and some maps' sign fix, through these). The same float32 operations in the same
+// guard, for every target Highway builds. Included by apply_adam_w_quant_hwy.cc (the cpu_hwy
+// implementation) and apply_adam_w_quant_avx512vbmi.cc (whose kernel runs a partial last block,
+// and some maps' sign fix, through these). The same float32 operations in the same
 // order as the reference kernel (no FMA), so results are bitwise equal.
 //
 // Per block: (1) dequantize (a gather from the 256-float map), the Adam update, the new m, v and
@@ -9,7 +9,8 @@
 // a block whose new m, v or var (as stored) would be NaN or Inf is left unchanged and counted
 // (GuardedBlock below; a NaN or Inf gradient is one case); (3) var stored, and requantize: the
 // nearest code by a table lookup over the normalized value's float bits and one or two comparisons
-// with the decision thresholds (or, without the table, 8 branch-free steps).
+// with the decision thresholds (or, without the table, 8 branch-free steps): the searches of
+// common/quant_codes_hwy-inl.h, shared with LazyAdamQuant.
 //
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
@@ -31,6 +32,7 @@
 #include <hwy/highway.h>
 
 #include "common/hwy_dtype-inl.h"
+#include "common/quant_codes_hwy-inl.h"  // Codes, BlockCodes, recip_ok: the nearest code
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
@@ -38,106 +40,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {  // internal linkage: no clash with other operators' kernels of the same names
 
 constexpr int64_t kBlock = 256;
-
-// ---- the nearest code ------------------------------------------------------------------------
-template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Codes(DF df, const QuantMapTables &t, hn::Vec<DF> x) {
-  const hn::RebindToSigned<DF> di;
-  const hn::RebindToUnsigned<DF> du;
-  x = hn::IfThenZeroElse(hn::IsNaN(x), x);
-  if (t.packed != nullptr) {
-    // One lookup: the bucket's codes below and above its threshold, and the threshold's low bits.
-    x = hn::Add(x, hn::Zero(df));  // -0 becomes +0
-    const auto bits = hn::BitCast(du, x);
-    const auto flip =
-        hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
-    const auto key = hn::Xor(bits, flip);
-    const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(t.packed),
-                                   hn::BitCast(di, hn::ShiftRight<16>(key)));
-    const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
-    const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
-    const auto ff = hn::Set(di, 0xff);
-    return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
-  }
-  hn::Vec<decltype(di)> c;
-  if (t.lut != nullptr) {
-    const auto bits = hn::BitCast(du, x);
-    const auto flip =
-        hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
-    const auto bucket = hn::ShiftRight<16>(hn::Xor(bits, flip));
-    c = hn::And(
-        hn::GatherOffset(di, reinterpret_cast<const int32_t *>(t.lut), hn::BitCast(di, bucket)),
-        hn::Set(di, 0xff));
-    for (int s = 0; s < t.refine_steps; ++s) {
-      const auto th = hn::GatherIndex(df, t.thr, c);
-      c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(x, th))));
-    }
-  } else {
-    c = hn::Zero(di);
-    for (int step = 128; step > 0; step >>= 1) {
-      const auto cand = hn::Add(c, hn::Set(di, step));
-      const auto th = hn::GatherIndex(df, t.thr, hn::Sub(cand, hn::Set(di, 1)));
-      c = hn::IfThenElse(hn::RebindMask(di, hn::Ge(x, th)), cand, c);
-    }
-  }
-  auto code = t.identity_first ? c : hn::GatherIndex(di, t.first, c);
-  if (t.sign_fix) {
-    const auto zero = hn::Zero(df);
-    const auto qc = hn::GatherIndex(df, t.q, code);
-    const auto need = hn::RebindMask(di, hn::Lt(hn::Mul(x, qc), zero));
-    const auto dir =
-        hn::IfThenElse(hn::RebindMask(di, hn::Gt(x, zero)), hn::Set(di, 1), hn::Set(di, -1));
-    const auto moved = hn::Min(hn::Max(hn::Add(code, dir), hn::Zero(di)), hn::Set(di, 255));
-    code = hn::IfThenElse(need, moved, code);
-  }
-  return code;
-}
-
-// The packed-table code of x' = m * (1 / absmax), and the lanes where x' may sit on the other side
-// of a threshold or bucket edge than x = m / absmax would: x' is within 3 units in the last place
-// of x (two float32 roundings and the reciprocal's), so a lane whose key is more than kMargin
-// keys from its bucket's threshold and edges has x's code. The caller redoes unsure vectors
-// exactly with the division.
-constexpr int32_t kMargin = 8;
-template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> PackedCodesApprox(
-    DF df, const uint32_t *packed, hn::Vec<DF> x, hn::Mask<hn::RebindToSigned<DF>> *unsure) {
-  const hn::RebindToSigned<DF> di;
-  const hn::RebindToUnsigned<DF> du;
-  x = hn::Add(hn::IfThenZeroElse(hn::IsNaN(x), x), hn::Zero(df));
-  const auto bits = hn::BitCast(du, x);
-  const auto flip =
-      hn::Or(hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, x))), hn::Set(du, 0x80000000u));
-  const auto key = hn::Xor(bits, flip);
-  const auto e = hn::GatherIndex(di, reinterpret_cast<const int32_t *>(packed),
-                                 hn::BitCast(di, hn::ShiftRight<16>(key)));
-  const auto low = hn::BitCast(di, hn::And(key, hn::Set(du, 0xffffu)));
-  const auto thr_low = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, e)));
-  const auto ff = hn::Set(di, 0xff);
-  *unsure = hn::Or(hn::Lt(hn::Abs(hn::Sub(low, thr_low)), hn::Set(di, kMargin + 1)),
-                   hn::Or(hn::Lt(low, hn::Set(di, kMargin + 1)),
-                          hn::Gt(low, hn::Set(di, 0xffff - kMargin - 1))));
-  return hn::IfThenElse(hn::Lt(low, thr_low), hn::And(e, ff), hn::And(hn::ShiftRight<8>(e), ff));
-}
-
-// A block's codes for one map: by reciprocal when the table is packed and 1 / absmax is a normal
-// float (checked lanes redone exactly), else by division.
-template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> BlockCodes(DF df, const QuantMapTables &t, hn::Vec<DF> m,
-                                                      hn::Vec<DF> vdiv, bool use_recip,
-                                                      hn::Vec<DF> vrecip) {
-  const hn::RebindToSigned<DF> di;
-  if (use_recip) {
-    hn::Mask<decltype(di)> unsure;
-    const auto c = PackedCodesApprox(df, t.packed, hn::Mul(m, vrecip), &unsure);
-    if (HWY_LIKELY(hn::AllFalse(di, unsure))) return c;
-  }
-  return Codes(df, t, hn::Div(m, vdiv));
-}
-
-inline bool recip_ok(const QuantMapTables &t, float div) {
-  return t.packed != nullptr && div >= 0x1p-126f && div <= 0x1p126f;
-}
 
 // The guard of a block, from what the update loop gathered: `var_bits`, the largest magnitude bits
 // of the new var (NaN above Inf); the block maxima max |m| and max v. It is the reference kernel's

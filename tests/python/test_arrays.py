@@ -410,3 +410,27 @@ def test_version_is_the_projects():
     import re
     cmake = (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
     assert fusekit.__version__ == re.search(r"project\(fusekit VERSION ([0-9.]+)", cmake).group(1)
+
+
+# ---- LazyAdamQuant ----------------------------------------------------------------------------
+@pytest.mark.parametrize("d", [1, 8, 255, 256, 257, 512])
+@pytest.mark.parametrize("impl", fusekit.implementations("lazy_adam_quant"))
+def test_lazy_adam_quant_equals_golden(d, impl):
+    from golden.lazy_adam_quant import lazy_adam_quant_golden
+    g = rng(100 + d)
+    r, n = 60, 40
+    blocks = fusekit.quant_blocks(d)
+    qm, qv = fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False)
+    grad = g.standard_normal((n, d)).astype(np.float32)
+    idx = g.integers(-1, r, n).astype(np.int64)  # duplicates and padding
+    m = g.integers(0, 256, (r, d)).astype(np.uint8)
+    v = g.integers(0, 256, (r, d)).astype(np.uint8)
+    var = g.standard_normal((r, d)).astype(np.float32)
+    am = g.random((r, blocks)).astype(np.float32) * np.float32(0.1)
+    av = g.random((r, blocks)).astype(np.float32) * np.float32(0.01)
+    want = lazy_adam_quant_golden(grad, idx, m, v, var, qm, qv, am, av, 0.01, 0.9, 0.999, 1e-7,
+                                  "float32", "float32")
+    st = fusekit.lazy_adam_quant(grad, idx, m, v, var, qm, qv, am, av, 0.01, implementation=impl)
+    for got, exp in zip((m, v, var, am, av), want[:5]):
+        np.testing.assert_array_equal(got, exp)  # untouched rows included: bitwise unchanged
+    assert st.rows_updated == len(np.unique(idx[idx >= 0])) and st.rows_skipped_nonfinite == 0

@@ -1,6 +1,8 @@
 """fusekit for PyTorch: drop-in optimizers and the multi-LoRA op, on CPU tensors.
 
 - :class:`SparseAdam` (alias :class:`LazyAdam`): ``torch.optim.SparseAdam`` on fusekit's LazyAdam.
+- :class:`SparseAdam8bit`: the same with 8-bit block-wise m and v (fusekit's LazyAdamQuant): the
+  optimizer state of an embedding table in a third of the memory.
 - :class:`AdamW8bit`, :class:`Adam8bit`: bitsandbytes' 8-bit block-wise optimizers on
   fusekit's ApplyAdamWQuant (and its float32 AdamW for small tensors).
 - :func:`add_lora`, :func:`add_lora_`: vLLM's multi-LoRA add (``torch.ops.fusekit.add_lora``, a
@@ -19,6 +21,7 @@ _WHERE = {
     "SparseAdam": "_sparse_adam",
     "LazyAdam": "_sparse_adam",
     "SparseAdamStats": "_sparse_adam",
+    "SparseAdam8bit": "_sparse_adam8bit",
     "AdamW8bit": "_adam8bit",
     "Adam8bit": "_adam8bit",
     "add_lora": "_lora",
@@ -52,6 +55,7 @@ __all__ = [
     "SparseAdam",
     "LazyAdam",
     "SparseAdamStats",
+    "SparseAdam8bit",
     "AdamW8bit",
     "Adam8bit",
     "add_lora",

@@ -1,4 +1,6 @@
-// ApplyAdamWQuant: the dynamic quantization maps and the exact nearest-code search tables.
+// The 8-bit optimizers' maps (ApplyAdamWQuant, LazyAdamQuant): the dynamic quantization maps, the
+// exact nearest-code search tables (common/quant_search.h), and the CPU check of the AVX-512 VBMI
+// search.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -7,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
-#include "fusekit/apply_adam_w_quant.h"
+#include "common/quant_search.h"
+#include "fusekit/quant_map.h"
 
 namespace fusekit {
 
@@ -195,6 +197,24 @@ void build_quant_lut(QuantMapTables *out, void *mem) {
     t.lut = lut;
     t.refine_steps = widest;
   }
+}
+
+const char *avx512vbmi_cpu_why_not() {
+#if defined(__x86_64__) || defined(__i386__)
+  // libgcc's and compiler-rt's checks include the operating system's support of the AVX-512 state.
+  static const char *const why = []() -> const char * {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl")) {
+      return "the CPU lacks AVX-512 (F, BW, DQ and VL)";
+    }
+    if (!__builtin_cpu_supports("avx512vbmi")) return "the CPU lacks AVX-512 VBMI";
+    return nullptr;
+  }();
+  return why;
+#else
+  return "not an x86 CPU";
+#endif
 }
 
 }  // namespace fusekit

@@ -1,0 +1,395 @@
+// LazyAdamQuant benchmark: one 8-bit step against one float32 LazyAdam step on the same rows, in
+// the same run, and against the indexed read-modify-write floor of the bytes the 8-bit step moves.
+//
+// BM_LazyAdamQuant/<dtype>/D: the seed's batch (R = 2,000,000 rows, N = 564,096 unique indices, a
+// permutation of the rows cut, as Rec SDK's gen_data.py) at D = 32 and D = 128, with a float32 or
+// a bfloat16 table (the gradient in the table's dtype). Each iteration times, back to back:
+//   - floor: the rows the 8-bit step touches, read and written with no arithmetic (gradient row
+//     read; var, m codes, v codes and both absmax rows read and written), in batch order, with the
+//     kernel's prefetch distance and threads;
+//   - lazy_adam: one float32 LazyAdam step (fusekit/lazy_adam.h: float32 m, v, var) on the same
+//     indices and a float32 gradient;
+//   - the 8-bit step;
+// so that load from elsewhere on this shared machine hits all three alike; the counters are
+// medians. Counters: ms (the 8-bit step), lazy_adam_ms, vs_lazy_adam (8-bit time / float32 time:
+// at most 1 is the target), GB/s (bytes the 8-bit step moves / its time), floor_GB/s, of_floor,
+// state_B/row and state_B/elem for both (8-bit: 2 D + 8 ceil(D / 256); float32: 8 D).
+// Tables come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/ceilings.h"
+#include "common/parallel.h"
+#include "fusekit/float16.h"
+#include "fusekit/lazy_adam_quant.h"
+#include "fusekit/memory.h"
+#include "fusekit/threading.h"
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+#include "fusekit/lazy_adam.h"
+#endif
+
+namespace {
+
+using fusekit::DType;
+using fusekit::TensorView;
+using fusekit::bench::DeviceBuffer;
+
+constexpr int64_t kRows = 2'000'000, kN = 564'096;
+
+// Uniform in [lo, hi) from a per-thread xorshift stream.
+void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi) {
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
+    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      p[i] = lo + (hi - lo) * static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+    }
+  }
+}
+void fill_bf16(uint16_t *p, int64_t n, uint64_t seed) {
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
+    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      p[i] = fusekit::float_to_bf16_bits(1.0f + static_cast<float>(x >> 40) * (1.0f / 16777216.0f));
+    }
+  }
+}
+void fill_bytes(uint8_t *p, int64_t n, uint64_t seed) {
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
+    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      p[i] = static_cast<uint8_t>(x >> 56);
+    }
+  }
+}
+
+// A permutation of the rows, cut (gen_data.py): unique indices.
+std::vector<int32_t> unique_indices(int64_t rows, int64_t n) {
+  std::vector<int32_t> perm(static_cast<size_t>(rows));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(5);
+  for (int64_t i = 0; i < n; ++i) {
+    std::uniform_int_distribution<int64_t> d(i, rows - 1);
+    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(d(rng))]);
+  }
+  perm.resize(static_cast<size_t>(n));
+  return perm;
+}
+
+// The 8-bit state and its step's inputs.
+struct QuantData {
+  int64_t rows, n, dim, blocks;
+  DType dtype;
+  size_t es;  // bytes per var / gradient element
+  DeviceBuffer var, grad, m, v, am, av, idx;
+  std::array<float, 256> qm = fusekit::create_dynamic_map(true),
+                         qv = fusekit::create_dynamic_map(false);
+  QuantData(int64_t r, int64_t nn, int64_t d, DType t, const std::vector<int32_t> &indices)
+      : rows(r),
+        n(nn),
+        dim(d),
+        blocks((d + 255) / 256),
+        dtype(t),
+        es(t == DType::kFloat32 ? 4 : 2),
+        var(static_cast<size_t>(r * d) * es),
+        grad(static_cast<size_t>(nn * d) * es),
+        m(static_cast<size_t>(r * d)),
+        v(static_cast<size_t>(r * d)),
+        am(static_cast<size_t>(r * blocks) * 4),
+        av(static_cast<size_t>(r * blocks) * 4),
+        idx(static_cast<size_t>(nn) * 4) {
+    if (t == DType::kFloat32) {
+      fill_uniform(var.as<float>(), r * d, 3, 1.0f, 2.0f);
+      fill_uniform(grad.as<float>(), nn * d, 4, 1.0f, 2.0f);
+    } else {
+      fill_bf16(var.as<uint16_t>(), r * d, 3);
+      fill_bf16(grad.as<uint16_t>(), nn * d, 4);
+    }
+    fill_bytes(m.as<uint8_t>(), r * d, 1);
+    fill_bytes(v.as<uint8_t>(), r * d, 2);
+    fill_uniform(am.as<float>(), r * blocks, 5, 0.001f, 0.05f);
+    fill_uniform(av.as<float>(), r * blocks, 6, 1e-6f, 1e-3f);
+    std::memcpy(idx.ptr, indices.data(), static_cast<size_t>(nn) * 4);
+  }
+  fusekit::LazyAdamQuantTensors tensors() {
+    return {TensorView::contiguous(grad.ptr, dtype, {n, dim}),
+            TensorView::of(idx.as<int32_t>(), {n}),
+            TensorView::of(m.as<uint8_t>(), {rows, dim}),
+            TensorView::of(v.as<uint8_t>(), {rows, dim}),
+            TensorView::contiguous(var.ptr, dtype, {rows, dim}),
+            TensorView::of(qm.data(), {256}),
+            TensorView::of(qv.data(), {256}),
+            TensorView::of(am.as<float>(), {rows, blocks}),
+            TensorView::of(av.as<float>(), {rows, blocks})};
+  }
+  // Bytes one step moves: the index, the gradient row read; var, both code rows and both absmax
+  // rows read and written.
+  double bytes() const {
+    const auto d = static_cast<double>(dim), e = static_cast<double>(es);
+    return static_cast<double>(n) *
+           (4.0 + d * e + 2.0 * d * e + 4.0 * d + 16.0 * static_cast<double>(blocks));
+  }
+  double state_bytes_per_row() const {
+    return 2.0 * static_cast<double>(dim) + 8.0 * static_cast<double>(blocks);
+  }
+};
+
+// The floor: the 8-bit step's rows read and written with no arithmetic to speak of (var <- the
+// larger bits of var and the gradient, both positive floats; the two code rows swapped; the two
+// absmax values swapped: the state stays valid for the next step), in batch order, with the
+// kernel's prefetch distance and threads.
+template <typename E>
+void rmw_floor(QuantData &q) {
+  const int64_t n = q.n, D = q.dim, B = q.blocks;
+  const int32_t *order = q.idx.as<const int32_t>();
+  const E *g = q.grad.as<const E>();
+  E *var = q.var.as<E>();
+  uint8_t *m = q.m.as<uint8_t>(), *v = q.v.as<uint8_t>();
+  uint32_t *am = q.am.as<uint32_t>(), *av = q.av.as<uint32_t>();
+  const int64_t ahead = std::clamp<int64_t>(2048 / (D * static_cast<int64_t>(sizeof(E))), 2, 16);
+  fusekit::parallel_for(n, fusekit::num_threads(), 4096, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if (i + ahead < n) {
+        const int64_t r = order[i + ahead];
+        for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(E)); off += 64) {
+          __builtin_prefetch(reinterpret_cast<const char *>(var + r * D) + off, 1);
+          __builtin_prefetch(reinterpret_cast<const char *>(g + (i + ahead) * D) + off, 0);
+        }
+        for (int64_t off = 0; off < D; off += 64) {
+          __builtin_prefetch(m + r * D + off, 1);
+          __builtin_prefetch(v + r * D + off, 1);
+        }
+        __builtin_prefetch(am + r * B, 1);
+        __builtin_prefetch(av + r * B, 1);
+      }
+      const int64_t r = order[i];
+      const E *gi = g + i * D;
+      E *wr = var + r * D;
+      uint8_t *mr = m + r * D, *vr = v + r * D;
+      for (int64_t j = 0; j < D; ++j) {
+        wr[j] = std::max(wr[j], gi[j]);  // both positive floats: a valid float, no arithmetic
+        const uint8_t mo = mr[j];
+        mr[j] = vr[j];
+        vr[j] = mo;
+      }
+      for (int64_t b = 0; b < B; ++b) std::swap(am[r * B + b], av[r * B + b]);
+    }
+  });
+}
+
+double seconds_of(const std::function<void()> &fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+// float32 LazyAdam on the same indices: m, v, var float32 [R, D], a float32 gradient.
+struct Float32Data {
+  DeviceBuffer m, v, var, grad;
+  fusekit::LazyAdam plan;
+  fusekit::Status status;
+  Float32Data(int64_t rows, int64_t n, int64_t d, const DeviceBuffer &idx)
+      : m(static_cast<size_t>(rows * d) * 4),
+        v(static_cast<size_t>(rows * d) * 4),
+        var(static_cast<size_t>(rows * d) * 4),
+        grad(static_cast<size_t>(n * d) * 4) {
+    fill_uniform(m.as<float>(), rows * d, 11, 1.0f, 2.0f);
+    fill_uniform(v.as<float>(), rows * d, 12, 1.0f, 2.0f);
+    fill_uniform(var.as<float>(), rows * d, 13, 1.0f, 2.0f);
+    fill_uniform(grad.as<float>(), n * d, 14, 1.0f, 2.0f);
+    status = fusekit::LazyAdam::plan(
+        TensorView::of(grad.as<float>(), {n, d}), TensorView::of(idx.as<int32_t>(), {n}),
+        TensorView::of(m.as<float>(), {rows, d}), TensorView::of(v.as<float>(), {rows, d}),
+        TensorView::of(var.as<float>(), {rows, d}), {}, &plan);
+  }
+};
+#endif
+
+void BM_LazyAdamQuant(benchmark::State &state, DType dtype) {
+  const int64_t dim = state.range(0);
+  QuantData q(kRows, kN, dim, dtype, unique_indices(kRows, kN));
+  fusekit::LazyAdamQuant plan;
+  const fusekit::Status st = fusekit::LazyAdamQuant::plan(q.tensors(), {}, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+  Float32Data f(kRows, kN, dim, q.idx);
+  if (!f.status.ok()) {
+    state.SkipWithError(f.status.message().c_str());
+    return;
+  }
+  DeviceBuffer ws32(std::max<size_t>(f.plan.workspace_size(), 64));
+#endif
+  std::vector<double> t_op, t_floor, t_f32;
+  for (auto _ : state) {
+    t_floor.push_back(seconds_of([&] {
+      if (dtype == DType::kFloat32) {
+        rmw_floor<uint32_t>(q);
+      } else {
+        rmw_floor<uint16_t>(q);
+      }
+    }));
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+    t_f32.push_back(seconds_of([&] {
+      benchmark::DoNotOptimize(f.plan.run(1e-3f, ws32.ptr, f.plan.workspace_size()).ok());
+    }));
+#endif
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
+    t_op.push_back(t);
+    state.SetIterationTime(t);
+  }
+  using fusekit::bench::median_of;
+  const double op = median_of(t_op), fl = median_of(t_floor);
+  fusekit::bench::report_bandwidth_seconds(state, q.bytes(), op);
+  state.counters["ms"] = op * 1e3;
+  state.counters["floor_GB/s"] = q.bytes() / fl * 1e-9;
+  state.counters["of_floor"] = fl / op;  // 1.0: as fast as the floor
+  // How much of the 8-bit tables huge pages back (random rows over small pages miss the TLB).
+  double huge = 0, total = 0;
+  for (const DeviceBuffer *b : {&q.var, &q.m, &q.v, &q.am, &q.av}) {
+    huge +=
+        static_cast<double>(std::max<int64_t>(0, fusekit::huge_page_backed_bytes(b->ptr, b->size)));
+    total += static_cast<double>(b->size);
+  }
+  state.counters["huge_pages"] = huge / total;
+  state.counters["state_B/row"] = q.state_bytes_per_row();
+  state.counters["state_B/elem"] = q.state_bytes_per_row() / static_cast<double>(dim);
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+  const double f32 = median_of(t_f32);
+  state.counters["lazy_adam_ms"] = f32 * 1e3;
+  state.counters["vs_lazy_adam"] = op / f32;  // <= 1: the 8-bit step is no slower
+  state.counters["lazy_adam_state_B/row"] = 8.0 * static_cast<double>(dim);
+#endif
+  state.SetLabel(std::string(fusekit::dtype_name(dtype)) + " R=" + std::to_string(kRows) + " N=" +
+                 std::to_string(kN) + " D=" + std::to_string(dim) + " " + plan.implementation());
+}
+
+// The seed shape (float32 table) on each implementation of the list.
+void BM_LazyAdamQuantImplementation(benchmark::State &state, const std::string &impl) {
+  QuantData q(kRows, kN, 32, DType::kFloat32, unique_indices(kRows, kN));
+  fusekit::LazyAdamQuantOptions o;
+  o.implementation = impl.c_str();
+  fusekit::LazyAdamQuant plan;
+  const fusekit::Status st = fusekit::LazyAdamQuant::plan(q.tensors(), o, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+  std::vector<double> t_op;
+  for (auto _ : state) {
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
+    t_op.push_back(t);
+    state.SetIterationTime(t);
+  }
+  const double op = fusekit::bench::median_of(t_op);
+  fusekit::bench::report_bandwidth_seconds(state, q.bytes(), op);
+  state.counters["ms"] = op * 1e3;
+  state.SetLabel(impl);
+}
+
+const bool registered = [] {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    benchmark::RegisterBenchmark(
+        (std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t)).c_str(), BM_LazyAdamQuant, t)
+        ->ArgName("D")
+        ->Arg(32)
+        ->Arg(128)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(9);
+  }
+  for (const std::string &impl : fusekit::LazyAdamQuant::implementations()) {
+    benchmark::RegisterBenchmark(("BM_LazyAdamQuantImplementation/" + impl).c_str(),
+                                 BM_LazyAdamQuantImplementation, impl)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3);
+  }
+  return true;
+}();
+
+// Per-step overhead on a tiny problem (1 index into a 1-row table, D = 8): a plan made once and
+// run with bindings each step, against a fresh problem + plan + run each step.
+struct Tiny {
+  std::vector<float> g = std::vector<float>(8, 0.5f), var = std::vector<float>(8, 1.0f),
+                     am = std::vector<float>(1, 0.01f), av = std::vector<float>(1, 0.001f);
+  std::vector<uint8_t> m = std::vector<uint8_t>(8, 130), v = std::vector<uint8_t>(8, 100);
+  std::array<float, 256> qm = fusekit::create_dynamic_map(true),
+                         qv = fusekit::create_dynamic_map(false);
+  int32_t idx = 0;
+  fusekit::LazyAdamQuantTensors tensors() {
+    return {TensorView::of(g.data(), {1, 8}),   TensorView::of(&idx, {1}),
+            TensorView::of(m.data(), {1, 8}),   TensorView::of(v.data(), {1, 8}),
+            TensorView::of(var.data(), {1, 8}), TensorView::of(qm.data(), {256}),
+            TensorView::of(qv.data(), {256}),   TensorView::of(am.data(), {1, 1}),
+            TensorView::of(av.data(), {1, 1})};
+  }
+};
+
+void BM_LazyAdamQuantPlanReuse(benchmark::State &state) {
+  Tiny t;
+  fusekit::LazyAdamQuantProblem problem;
+  fusekit::LazyAdamQuant plan;
+  if (!fusekit::LazyAdamQuantProblem::make(t.tensors(), {}, &problem).ok() ||
+      !fusekit::LazyAdamQuant::plan(problem, {}, &plan).ok()) {
+    state.SkipWithError("plan failed");
+    return;
+  }
+  std::vector<char> ws(plan.workspace_size());
+  fusekit::LazyAdamQuantScalars scalars;
+  scalars.lr = 1e-3f;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
+  }
+  state.SetLabel(plan.implementation());
+}
+
+void BM_LazyAdamQuantFreshPlan(benchmark::State &state) {
+  Tiny t;
+  for (auto _ : state) {
+    fusekit::LazyAdamQuantProblem problem;
+    fusekit::LazyAdamQuant plan;
+    benchmark::DoNotOptimize(fusekit::LazyAdamQuantProblem::make(t.tensors(), {}, &problem).ok());
+    benchmark::DoNotOptimize(fusekit::LazyAdamQuant::plan(problem, {}, &plan).ok());
+    std::vector<char> ws(plan.workspace_size());
+    fusekit::LazyAdamQuantScalars scalars;
+    scalars.lr = 1e-3f;
+    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
+  }
+}
+
+void BM_CopyBandwidth(benchmark::State &state) {
+  for (auto _ : state) benchmark::DoNotOptimize(fusekit::bench::copy_bandwidth());
+  state.counters["copy_GB/s"] = fusekit::bench::copy_bandwidth() * 1e-9;
+}
+
+}  // namespace
+
+BENCHMARK(BM_CopyBandwidth)->Iterations(1);
+BENCHMARK(BM_LazyAdamQuantPlanReuse)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LazyAdamQuantFreshPlan)->Unit(benchmark::kMicrosecond);

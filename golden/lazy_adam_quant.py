@@ -1,0 +1,167 @@
+"""LazyAdamQuant golden data: LazyAdam's inputs (Rec SDK gen_data.py's shape and distributions for
+the seed size) with m and v as 8-bit codes into the dynamic maps and one float32 absmax per row and
+block of 256 columns; the golden computed in NumPy float32 from docs/lazy_adam_quant.md, written
+from the spec and not from the C++:
+
+  per distinct row r of the batch (negative indices are padding):
+    g = the gradient rows of r summed in order of occurrence, in float32
+    per column j of block b = j // 256:
+      m = qmapM[mCode] * absmaxM[r, b];  v = qmapV[vCode] * absmaxV[r, b]
+      m = m * beta1 + g * (1 - beta1)
+      v = |v * beta2 + (g * g) * (1 - beta2)|
+      var = var + (m * -lr) / (sqrt(v) + epsilon)
+    the row is left unchanged when any new m, v or var (as var's dtype stores it) is NaN or Inf;
+    else per block: absmaxM = max |m|, absmaxV = max v (+0), codes = nearest map entry to
+    m / absmaxM and v / absmaxV (an absmax of 0 divides by 1), ties to the lower index, m's sign
+    fix (ApplyAdamWQuant's rule).
+
+The maps, the nearest code and the 16-bit storage come from golden/apply_adam_w_quant.py (NumPy, the
+same rules)."""
+import numpy as np
+
+from golden.apply_adam_w_quant import create_dynamic_map, narrow, nearest_code, storage_dtype, widen
+from golden.common import precision_rule, read_bin, read_params, write_bin, write_params
+
+F32 = np.float32
+BLOCK = 256
+
+SIZES = {
+    # name: (rows R, indices N, dim D, table dtype, gradient dtype, duplicates, padding)
+    "seed": (2_000_000, 564_096, 32, "float32", "float32", False, False),  # gen_data.py's shape
+    "small": (20_000, 5_641, 32, "float32", "float32", True, True),
+    "small_bf16": (5_000, 3_000, 300, "bfloat16", "float32", True, True),  # two blocks per row
+    "small_fp16": (4_000, 2_000, 257, "float16", "float16", True, False),
+    "small_bf16_d8": (30_000, 20_000, 8, "bfloat16", "bfloat16", False, True),
+}
+
+DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+def lazy_adam_quant_golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps,
+                           dtype, gdtype):
+    """grad [N, D] (storage of gdtype); indices [N]; m, v uint8 [R, D]; var [R, D] (storage of
+    dtype); am, av float32 [R, ceil(D / 256)]. Returns new (m, v, var, am, av, skipped rows)."""
+    with np.errstate(all="ignore"):  # skipped rows compute NaN and Inf on the way
+        return _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dtype, gdtype)
+
+
+def _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dtype, gdtype):
+    b1, b2, e, lr = F32(beta1), F32(beta2), F32(eps), F32(lr)
+    omb1, omb2 = F32(1) - b1, F32(1) - b2
+    m, v, var, am, av = m.copy(), v.copy(), var.copy(), am.copy(), av.copy()
+    R, D = m.shape
+    nb = (D + BLOCK - 1) // BLOCK
+    idx = indices.astype(np.int64).ravel()
+    keep = idx >= 0
+    g_all = widen(grad.reshape(-1), gdtype).reshape(grad.shape)[keep]
+    ki = idx[keep]
+    rows = np.unique(ki)
+    if len(rows) == 0:
+        return m, v, var, am, av, 0
+    # The sum of each row's gradients in order of occurrence, left to right, in float32.
+    order = np.argsort(ki, kind="stable")
+    starts = np.searchsorted(ki[order], rows)
+    counts = np.diff(np.append(starts, len(order)))
+    g = g_all[order[starts]].copy()
+    for k in range(1, int(counts.max())):
+        sel = counts > k
+        g[sel] = g[sel] + g_all[order[starts[sel] + k]]
+
+    scale = lambda a: np.repeat(a[rows], BLOCK, axis=1)[:, :D]  # noqa: E731  (absmax per column)
+    mm = qm[m[rows]] * scale(am)
+    vv = qv[v[rows]] * scale(av)
+    mm = mm * b1 + g * omb1
+    vv = np.abs(vv * b2 + (g * g) * omb2)
+    w = widen(var[rows].reshape(-1), dtype).reshape(len(rows), D) + (mm * (-lr)) / (np.sqrt(vv) + e)
+    w_stored = narrow(w.reshape(-1), dtype)
+    finite = np.all(np.isfinite(mm) & np.isfinite(vv) &
+                    np.isfinite(widen(w_stored, dtype).reshape(len(rows), D)), axis=1)
+    skipped = int(np.sum(~finite))
+    rows, mm, vv = rows[finite], mm[finite], vv[finite]
+    w_stored = w_stored.reshape(-1, D)[finite]
+
+    # Per block: the maxima (the valid columns only), the codes of the normalized values.
+    pad = nb * BLOCK - D
+    mb = np.concatenate([np.abs(mm), np.zeros((len(rows), pad), F32)], axis=1).reshape(len(rows), nb, BLOCK)
+    vb = np.concatenate([vv, np.zeros((len(rows), pad), F32)], axis=1).reshape(len(rows), nb, BLOCK)
+    new_am = (np.max(mb, axis=2) + F32(0)).astype(F32)
+    new_av = (np.max(vb, axis=2) + F32(0)).astype(F32)
+    div_m = np.repeat(np.where(new_am == 0, F32(1), new_am), BLOCK, axis=1)[:, :D]
+    div_v = np.repeat(np.where(new_av == 0, F32(1), new_av), BLOCK, axis=1)[:, :D]
+    m[rows] = nearest_code(qm, (mm / div_m).astype(F32).ravel(), True).reshape(-1, D)
+    v[rows] = nearest_code(qv, (vv / div_v).astype(F32).ravel(), False).reshape(-1, D)
+    var[rows] = w_stored.view(var.dtype)
+    am[rows] = new_am
+    av[rows] = new_av
+    return m, v, var, am, av, skipped
+
+
+def generate(out_dir, size="seed", seed=0):
+    R, N, D, dtype, gdtype, dups, padding = SIZES[size]
+    nb = (D + BLOCK - 1) // BLOCK
+    rng = np.random.default_rng(seed)
+    lr, beta1, beta2, eps = 0.001, 0.9, 0.999, 1e-7
+    qm, qv = create_dynamic_map(True), create_dynamic_map(False)
+    var = narrow(rng.uniform(1, 2, R * D).astype(F32), dtype).reshape(R, D)
+    m = rng.integers(0, 256, (R, D), dtype=np.uint8)
+    v = rng.integers(0, 256, (R, D), dtype=np.uint8)
+    am = rng.uniform(0.001, 0.05, (R, nb)).astype(F32)
+    av = rng.uniform(1e-6, 1e-3, (R, nb)).astype(F32)
+    am[1, 0] = 0  # an all-zero moment block
+    indices = rng.permutation(R)[:N].astype(np.int32)
+    if dups:  # some rows named again (summed in order of occurrence)
+        rep = rng.random(N) < 0.1
+        indices[rep] = indices[rng.integers(0, N, int(rep.sum()))]
+    if padding:
+        indices[rng.random(N) < 0.02] = -1
+    grad32 = rng.uniform(-1, 1, (N, D)).astype(F32) if size != "seed" else \
+        rng.uniform(1, 2, (N, D)).astype(F32)
+    if N > 10:
+        grad32[7, D // 2] = np.nan  # a non-finite row, left unchanged
+    grad = narrow(grad32.ravel(), gdtype).reshape(N, D)
+    ins = {"gradient": grad, "indices": indices, "inputM": m, "inputV": v, "inputVar": var,
+           "qmapM": qm, "qmapV": qv, "absmaxM": am, "absmaxV": av, "lr": np.array([lr], F32)}
+    for name, a in ins.items():
+        write_bin(f"{out_dir}/input/{name}.bin", a)
+    gm, gv, gvar, gam, gav, skipped = lazy_adam_quant_golden(grad, indices, m, v, var, qm, qv, am,
+                                                             av, lr, beta1, beta2, eps, dtype, gdtype)
+    for name, a in {"inputM": gm, "inputV": gv, "inputVar": gvar, "absmaxM": gam,
+                    "absmaxV": gav}.items():
+        write_bin(f"{out_dir}/golden/{name}.bin", a)
+    write_params(f"{out_dir}/params.txt", dict(rows=R, n=N, dim=D, blocks=nb, dtype=dtype,
+                                               grad_dtype=gdtype, lr=lr, beta1=beta1, beta2=beta2,
+                                               epsilon=eps, skipped_rows=skipped, seed=seed,
+                                               size=size))
+
+
+def verify(out_dir):
+    p = read_params(f"{out_dir}/params.txt")
+    R, D, nb, dtype = int(p["rows"]), int(p["dim"]), int(p["blocks"]), p["dtype"]
+    st = storage_dtype(dtype)
+    results = []
+    for name in ["inputM", "inputV"]:
+        real = read_bin(f"{out_dir}/output/{name}.bin", np.uint8)
+        gold = read_bin(f"{out_dir}/golden/{name}.bin", np.uint8)
+        if real.size != gold.size:
+            results.append((name, False, f"size {real.size} != golden size {gold.size}"))
+            continue
+        diff = np.abs(real.astype(np.int32) - gold.astype(np.int32))
+        bad = int(np.count_nonzero(diff))
+        allowed = max(2, R * D // 10000)  # ApplyAdamWQuant's allowance: one step, 1 in 10,000
+        ok = bad <= allowed and (bad == 0 or int(diff.max()) <= 1)
+        results.append((name, ok, f"{bad} of {R * D} codes differ (at most {allowed} allowed, by "
+                                  f"one step), max step {int(diff.max()) if diff.size else 0}"))
+    real = widen(read_bin(f"{out_dir}/output/inputVar.bin", st), dtype)
+    gold = widen(read_bin(f"{out_dir}/golden/inputVar.bin", st), dtype)
+    ok, detail = precision_rule(real, gold)
+    exact = int(np.count_nonzero(real.view(np.uint32) != gold.view(np.uint32))) \
+        if real.size == gold.size else -1
+    results.append(("inputVar", ok, f"{detail}; {exact} elements not bitwise equal"))
+    for name in ["absmaxM", "absmaxV"]:
+        real = read_bin(f"{out_dir}/output/{name}.bin", F32)
+        gold = read_bin(f"{out_dir}/golden/{name}.bin", F32)
+        ok, detail = precision_rule(real, gold)
+        exact = int(np.count_nonzero(real.view(np.uint32) != gold.view(np.uint32))) \
+            if real.size == gold.size else -1
+        results.append((name, ok and real.size == R * nb, f"{detail}; {exact} not bitwise equal"))
+    return results

@@ -1,0 +1,434 @@
+"""``torch.optim.SparseAdam`` with 8-bit state, on fusekit's LazyAdamQuant operator.
+
+:class:`SparseAdam8bit` takes :class:`fusekit.torch.SparseAdam`'s constructor (and so
+``torch.optim.SparseAdam``'s), its checks, bias correction, sparse-gradient handling (no
+``coalesce()``), huge pages and ``last_stats``, and keeps the moments of each table of at least
+``min_8bit_size`` elements as 8-bit codes with one float32 absmax per row and block of 256 columns,
+stepped by :func:`fusekit.lazy_adam_quant`: ``2 D + 8 ceil(D / 256)`` bytes of state per row
+instead of ``8 D``. Smaller tables keep float32 moments and are stepped by
+:func:`fusekit.lazy_adam`, exactly as :class:`fusekit.torch.SparseAdam` steps them.
+
+State per parameter:
+
+- 8-bit (bitsandbytes' names, as :class:`fusekit.torch.AdamW8bit`): ``step`` (int),
+  ``state1`` / ``state2`` (m / v: uint8 codes, the parameter's shape), ``absmax1`` / ``absmax2``
+  (float32 ``[R, ceil(D / 256)]``, R the parameter's first dimension and D the product of the
+  others), ``qmap1`` / ``qmap2`` (float32 [256], the signed and unsigned dynamic maps, one tensor
+  shared by every parameter);
+- float32 (tables under ``min_8bit_size``): :class:`~fusekit.torch.SparseAdam`'s and torch's
+  ``step``, ``exp_avg``, ``exp_avg_sq``.
+
+See docs/torch_sparse_adam8bit.md.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+
+import fusekit
+
+from ._adam8bit import _key
+from ._memory import to_hugepages, zeros_hugepage
+from ._sparse_adam import (_DENSE_MESSAGE, SparseAdam, SparseAdamStats, _as_scalar, _error, _rows,
+                           _Work)
+
+__all__ = ["SparseAdam8bit"]
+
+BLOCK_SIZE = fusekit.BLOCK_SIZE
+_NAME = "fusekit.torch.SparseAdam8bit"
+_DTYPES_8BIT = (torch.float32, torch.bfloat16, torch.float16)
+_KEYS_8BIT = ("state1", "state2", "absmax1", "absmax2", "qmap1", "qmap2")
+
+
+def _layout(p: torch.Tensor):
+    """(rows, cols, blocks) of a parameter's 8-bit state: rows = the first dimension, cols = the
+    product of the others, blocks = ceil(cols / 256) absmax entries per row."""
+    rows = int(p.shape[0])
+    cols = math.prod(p.shape[1:])
+    return rows, cols, (cols + BLOCK_SIZE - 1) // BLOCK_SIZE
+
+
+class SparseAdam8bit(SparseAdam):
+    r"""``torch.optim.SparseAdam`` with 8-bit block-wise moments, on fusekit's LazyAdamQuant.
+
+    Args:
+        params, lr, betas, eps, maximize: as :class:`fusekit.torch.SparseAdam` (and
+            ``torch.optim.SparseAdam``): the same checks and messages.
+        min_8bit_size (int, keyword only): a parameter of at least this many elements (and at
+            least one dimension) keeps 8-bit state; a smaller one float32 state (default 4096, as
+            bitsandbytes).
+        hugepages (bool, keyword only): as :class:`fusekit.torch.SparseAdam`: a parameter of at
+            least 2 MiB moved once onto huge-page memory at its first step, the state allocated
+            there (default True).
+
+    Parameters: dense CPU tensors with sparse COO gradients (``nn.Embedding(sparse=True)``,
+    ``nn.EmbeddingBag(sparse=True)``), coalesced or not. 8-bit tables may be float32, bfloat16 or
+    float16, their gradients the table's dtype or float32; float32-state tables are float32
+    (:class:`~fusekit.torch.SparseAdam`'s rule). The 8-bit step on the rows a gradient names, per
+    row: dequantize m and v, ``m = m*b1 + g(1-b1)``, ``v = |v*b2 + g²(1-b2)|``,
+    ``p += (m * -lr_t) / (sqrt(v) + eps)`` in float32, requantize (docs/lazy_adam_quant.md), with
+    ``lr_t = lr * sqrt(1 - beta2**t) / (1 - beta1**t)`` in Python double (SparseAdam's bias
+    correction). A row whose new m, v or parameter would not be finite is left unchanged, codes
+    and absmax included, and counted in :attr:`last_stats`.
+
+    Attributes:
+        last_stats (list[SparseAdamStats]): as :class:`~fusekit.torch.SparseAdam`.
+        min_8bit_size (int): the constructor's threshold.
+    """
+
+    def __init__(self, params, lr: Any = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 maximize: bool = False, *, min_8bit_size: int = 4096,
+                 hugepages: bool = True) -> None:
+        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
+                or min_8bit_size < 0:
+            raise ValueError(f"{_NAME}: min_8bit_size must be an int >= 0, got {min_8bit_size!r}")
+        self.min_8bit_size = int(min_8bit_size)
+        self._init_maps()
+        super().__init__(params, lr=lr, betas=betas, eps=eps, maximize=maximize,
+                         hugepages=hugepages)
+
+    def _init_maps(self) -> None:
+        qm = torch.from_numpy(fusekit.create_dynamic_map(True))
+        qv = torch.from_numpy(fusekit.create_dynamic_map(False))
+        self._qmap_m, self._qmap_v = qm, qv
+        self._maps = {_key(qm): qm, _key(qv): qv}  # bytes -> the one tensor every state shares
+
+    # ---- which path -----------------------------------------------------------------------------
+    def _is_8bit(self, p: torch.Tensor) -> bool:
+        """8-bit state: what the parameter's state holds, or, before its first step, its size."""
+        st = self.state.get(p)
+        if st:
+            return "state1" in st
+        return p.dim() >= 1 and p.numel() >= self.min_8bit_size
+
+    # ---- checks ---------------------------------------------------------------------------------
+    def _check_param(self, gi: int, pi: int, group, p: torch.Tensor) -> None:
+        name = self._name(gi, pi, group, p)
+        if p.device.type != "cpu":
+            raise ValueError(f"{_NAME}: {name} is on {p.device}; fusekit runs on CPU tensors (use "
+                             "torch.optim.SparseAdam on that device)")
+        if self._is_8bit(p):
+            if p.dtype not in _DTYPES_8BIT:
+                raise TypeError(f"{_NAME}: {name} has dtype {p.dtype}; its 8-bit state steps "
+                                "float32, bfloat16 and float16 parameters")
+        elif p.dtype != torch.float32:
+            raise TypeError(
+                f"{_NAME}: {name} has dtype {p.dtype} and {p.numel()} elements, under "
+                f"min_8bit_size = {self.min_8bit_size}: it keeps float32 state, stepped by "
+                "fusekit's LazyAdam, which takes float32 parameters only (lower min_8bit_size to "
+                f"{p.numel()} for 8-bit state, or convert the parameter with .float())")
+
+    @staticmethod
+    def _check_group(gi: int, group) -> None:
+        try:
+            SparseAdam._check_group(gi, group)
+        except ValueError as e:
+            raise ValueError(str(e).replace("fusekit.torch.SparseAdam:", _NAME + ":", 1)) from None
+
+    def _check_state(self, w: _Work) -> None:
+        """The state of a parameter that has one: its tensors' dtypes and shapes (checked in phase
+        one, so that a bad one refuses the step before any parameter is written)."""
+        st = self.state.get(w.param)
+        if not st:
+            return
+        p = w.param
+        name = self._name(w.group, w.index, self.param_groups[w.group], p)
+        if "state1" not in st:
+            if "exp_avg" not in st or "exp_avg_sq" not in st:
+                raise ValueError(f"{_NAME}: the state of {name} has neither 8-bit state (state1, "
+                                 f"state2, absmax1, absmax2) nor float32 state (exp_avg, "
+                                 f"exp_avg_sq): keys {sorted(st)}")
+            for key in ("exp_avg", "exp_avg_sq"):
+                t = st[key]
+                if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 \
+                        or tuple(t.shape) != tuple(p.shape) or t.device.type != "cpu" \
+                        or t.layout != torch.strided:
+                    raise ValueError(f"{_NAME}: the state of {name}: {key} must be a float32 CPU "
+                                     f"tensor of the parameter's shape")
+            return
+        rows, cols, blocks = _layout(p)
+        want = {"state1": (torch.uint8, tuple(p.shape)), "state2": (torch.uint8, tuple(p.shape)),
+                "absmax1": (torch.float32, (rows, blocks)),
+                "absmax2": (torch.float32, (rows, blocks)),
+                "qmap1": (torch.float32, (256,)), "qmap2": (torch.float32, (256,))}
+        for key, (dtype, shape) in want.items():
+            t = st.get(key)
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or tuple(t.shape) != shape \
+                    or t.device.type != "cpu" or t.layout != torch.strided:
+                got = (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor)
+                       else type(t).__name__)
+                raise ValueError(f"{_NAME}: the 8-bit state of {name}: {key} must be a CPU "
+                                 f"{dtype} tensor {list(shape)}, got {got}")
+
+    # ---- pickling: keep min_8bit_size, rebuild the maps -----------------------------------------
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["min_8bit_size"] = self.min_8bit_size
+        return state
+
+    def __setstate__(self, state) -> None:
+        state = dict(state)
+        min_8bit_size = state.pop("min_8bit_size", getattr(self, "min_8bit_size", 4096))
+        super().__setstate__(state)
+        self.min_8bit_size = min_8bit_size
+        if not hasattr(self, "_maps"):  # unpickled (Optimizer.load_state_dict calls this too)
+            self._init_maps()
+        for st in self.state.values():  # the maps the states hold, shared again by bit pattern
+            for key in ("qmap1", "qmap2"):
+                t = st.get(key) if isinstance(st, dict) else None
+                if isinstance(t, torch.Tensor):
+                    st[key] = self._maps.setdefault(_key(t), t)
+
+    # ---- state ----------------------------------------------------------------------------------
+    def _zeros(self, shape, dtype) -> torch.Tensor:
+        if self._hugepages:
+            return zeros_hugepage(tuple(shape), dtype)
+        return torch.zeros(tuple(shape), dtype=dtype)
+
+    def _init_8bit(self, p: torch.Tensor, state) -> None:
+        # A fresh state: codes 0, absmax 0 (every moment dequantizes to 0).
+        rows, _, blocks = _layout(p)
+        state["step"] = 0
+        state["state1"] = self._zeros(p.shape, torch.uint8)
+        state["state2"] = self._zeros(p.shape, torch.uint8)
+        state["absmax1"] = self._zeros((rows, blocks), torch.float32)
+        state["absmax2"] = self._zeros((rows, blocks), torch.float32)
+        state["qmap1"] = self._qmap_m
+        state["qmap2"] = self._qmap_v
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this optimizer holds now (codes, absmax and float32 moments;
+        the shared maps counted once)."""
+        total, seen = 0, set()
+        for st in self.state.values():
+            for t in st.values():
+                if isinstance(t, torch.Tensor) and id(t) not in seen:
+                    seen.add(id(t))
+                    total += t.numel() * t.element_size()
+        return total
+
+    def load_state_dict(self, state_dict) -> None:
+        """Loads a state from :meth:`state_dict` (after ``torch.save`` / ``torch.load`` too), or a
+        float32 one from :class:`fusekit.torch.SparseAdam` or ``torch.optim.SparseAdam`` (those
+        parameters then go on with float32 state). The 8-bit tensors are checked, then copied bit
+        for bit onto this optimizer's own memory (huge pages when ``hugepages``): codes are never
+        cast to the parameter's dtype, as ``torch.optim.Optimizer.load_state_dict`` would, and the
+        given dict is never written by later steps. Everything is checked before anything is
+        changed."""
+        state_dict = dict(state_dict)
+        groups, saved_groups = self.param_groups, state_dict["param_groups"]
+        if len(groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match "
+                             "the size of optimizer's group")
+        id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                          chain.from_iterable(g["params"] for g in groups)))
+        ours: Dict[torch.Tensor, Dict[str, Any]] = {}
+        rest = {}
+        for k, v in state_dict["state"].items():
+            if k not in id_map or not isinstance(v, dict):
+                rest[k] = v
+                continue
+            p = id_map[k]
+            if "state1" in v:
+                ours[p] = self._checked_8bit(p, k, v)
+                rest[k] = {kk: vv for kk, vv in v.items() if kk not in _KEYS_8BIT + ("step",)}
+            else:
+                if v and p.dtype != torch.float32:
+                    raise ValueError(f"{_NAME}.load_state_dict: state of parameter {k} (shape "
+                                     f"{list(p.shape)}, {p.dtype}) is not 8-bit (no 'state1'); "
+                                     "float32 state steps float32 parameters only; nothing was "
+                                     "loaded")
+                rest[k] = v
+        copies = {p: self._copy_8bit(p, s) for p, s in ours.items()}  # nothing written above
+        state_dict["state"] = rest
+        super().load_state_dict(state_dict)  # SparseAdam's: the float32 moments rehomed
+        for p, s in copies.items():
+            self.state[p].update(s)
+
+    def _checked_8bit(self, p, k, v) -> Dict[str, Any]:
+        def fail(msg):
+            raise ValueError(f"{_NAME}.load_state_dict: state of parameter {k} (shape "
+                             f"{list(p.shape)}): {msg}; nothing was loaded")
+
+        if p.dim() < 1 or p.dtype not in _DTYPES_8BIT:
+            fail(f"8-bit state needs a float32, bfloat16 or float16 parameter of at least one "
+                 f"dimension, got {p.dtype} of {p.dim()} dimensions")
+        for key in ("step",) + _KEYS_8BIT:
+            if key not in v:
+                fail(f"'{key}' is missing")
+        step = v["step"]
+        if isinstance(step, torch.Tensor):
+            if step.numel() != 1:
+                fail(f"step has {step.numel()} elements")
+            step = step.item()
+        if float(step) != int(step) or not 0 <= int(step) < 2 ** 62:
+            fail(f"step = {step!r} must be an integer in [0, 2^62)")
+        rows, _, blocks = _layout(p)
+        out = {"step": int(step)}
+        for key, dtype, n in (("state1", torch.uint8, p.numel()),
+                              ("state2", torch.uint8, p.numel()),
+                              ("absmax1", torch.float32, rows * blocks),
+                              ("absmax2", torch.float32, rows * blocks),
+                              ("qmap1", torch.float32, 256), ("qmap2", torch.float32, 256)):
+            t = v[key]
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() != n \
+                    or t.layout != torch.strided:
+                got = (f"{t.dtype} of {t.numel()} elements" if isinstance(t, torch.Tensor)
+                       else type(t).__name__)
+                fail(f"{key} must be {dtype} of {n} elements, got {got}")
+            out[key] = t
+        for key in ("qmap1", "qmap2"):
+            a = out[key].detach().cpu().reshape(-1).numpy()
+            if not np.all(np.isfinite(a)) or np.any(a[1:] < a[:-1]):
+                fail(f"{key} must hold 256 finite floats in ascending order")
+        return out
+
+    def _copy_8bit(self, p, s) -> Dict[str, Any]:
+        rows, _, blocks = _layout(p)
+        out = {"step": s["step"]}
+        for key, shape in (("state1", tuple(p.shape)), ("state2", tuple(p.shape)),
+                           ("absmax1", (rows, blocks)), ("absmax2", (rows, blocks))):
+            t = s[key].detach()
+            out[key] = self._zeros(shape, t.dtype).copy_(t.cpu().reshape(shape))
+        for key in ("qmap1", "qmap2"):
+            t = s[key].detach().cpu().reshape(-1).contiguous()
+            kb = _key(t)
+            if kb not in self._maps:  # a map of another bit pattern: kept, shared from now on
+                self._maps[kb] = t.clone()
+            out[key] = self._maps[kb]
+        return out
+
+    # ---- the step -------------------------------------------------------------------------------
+    def _prepare(self, gi: int, pi: int, group, p: torch.Tensor) -> _Work:
+        if not self._is_8bit(p):
+            return super()._prepare(gi, pi, group, p)  # SparseAdam's, float32
+        grad = p.grad
+        if not grad.is_sparse:
+            raise RuntimeError(_DENSE_MESSAGE)
+        self._check_param(gi, pi, group, p)
+        name = self._name(gi, pi, group, p)
+        if grad.dtype not in (p.dtype, torch.float32):
+            raise TypeError(f"{_NAME}: the gradient of {name} has dtype {grad.dtype}; the 8-bit "
+                            f"step takes the parameter's dtype ({p.dtype}) or float32")
+        if tuple(grad.shape) != tuple(p.shape):
+            raise ValueError(f"{_NAME}: the gradient of {name} has shape {list(grad.shape)}")
+        if grad.sparse_dim() != 1:
+            raise ValueError(f"{_NAME}: the gradient of {name} has sparse_dim "
+                             f"{grad.sparse_dim()}; the 8-bit state is kept per row of the first "
+                             "dimension, so the gradient must index rows (sparse_dim 1, as "
+                             "nn.Embedding and nn.EmbeddingBag make it); nothing was modified")
+        rows, cols, _ = _layout(p)
+        values = grad._values()
+        n = values.shape[0]
+        if values.numel() == 0:
+            return _Work(gi, pi, p, None, None, rows, cols)
+        values = values.reshape(n, cols)
+        if cols > 1 and values.stride(1) != 1:
+            values = values.contiguous()
+        return _Work(gi, pi, p, grad._indices()[0], values, rows, cols)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One optimization step: one fusekit LazyAdamQuant (8-bit state) or LazyAdam (float32
+        state) call per parameter with a gradient.
+
+        Everything that can be refused is checked for every parameter before any is written: a
+        refused step raises and modifies no parameter, no state and no step count.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        # Phase one: check and prepare every parameter; nothing is written.
+        plans = []
+        for gi, group in enumerate(self.param_groups):
+            self._check_group(gi, group)
+            beta1, beta2 = (_as_scalar(b) for b in group["betas"])
+            lr = _as_scalar(group["lr"])
+            if not math.isfinite(lr):
+                raise ValueError(f"{_NAME}: group {gi}: lr = {lr!r} is not finite")
+            work = [self._prepare(gi, pi, group, p)
+                    for pi, p in enumerate(group["params"]) if p.grad is not None]
+            for w in work:
+                self._check_state(w)
+            if work:
+                plans.append((gi, group, lr, beta1, beta2, work))
+        todo = [w for plan in plans for w in plan[5] if w.indices is not None]
+        if len(todo) > 1 or any(not self.state.get(w.param) or
+                                (self._hugepages and id(w.param) not in self._homed)
+                                for w in todo):
+            # SparseAdam's rule: the operators check the indices before they write, but a later
+            # parameter's refusal would come after earlier ones were stepped, and a first step
+            # creates state (and moves the parameter) before the call: check them all first.
+            for w in todo:
+                top = int(w.indices.numpy().max())
+                if top >= w.rows:
+                    g = self.param_groups[w.group]
+                    raise _error(f"{_NAME}: the gradient of "
+                                 f"{self._name(w.group, w.index, g, w.param)} names row {top} but "
+                                 f"the table has {w.rows} rows; nothing was modified")
+
+        # Phase two: step.
+        stats: List[SparseAdamStats] = []
+        for gi, group, lr, beta1, beta2, work in plans:
+            maximize = group.get("maximize", False)
+            eps = _as_scalar(group["eps"])
+            for w in work:
+                p = w.param
+                eight = self._is_8bit(p)  # decided before the state exists, kept after
+                if self._hugepages and id(p) not in self._homed:
+                    p.data = to_hugepages(p.data)  # same Parameter; its storage moves once
+                    self._homed.add(id(p))
+                state = self.state[p]
+                if len(state) == 0:
+                    if eight:
+                        self._init_8bit(p, state)
+                    else:
+                        state["step"] = 0
+                        state["exp_avg"] = self._new_moment(p)
+                        state["exp_avg_sq"] = self._new_moment(p)
+                step = int(state["step"]) + 1
+                if w.indices is None:  # empty gradient: the step counts, nothing moves (torch)
+                    state["step"] = step
+                    stats.append(SparseAdamStats(gi, w.index, 0, 0, 0))
+                    continue
+                bias_correction1 = 1 - beta1 ** step
+                bias_correction2 = 1 - beta2 ** step
+                step_size = lr * math.sqrt(bias_correction2) / bias_correction1
+                values = -w.values if maximize else w.values
+                if eight:
+                    st = self._run_8bit(w, state, values, step_size, beta1, beta2, eps)
+                else:
+                    st = self._run(w, state, values, step_size, beta1, beta2, eps)
+                state["step"] = step
+                stats.append(SparseAdamStats(gi, w.index, st.rows_updated,
+                                             st.rows_skipped_nonfinite, st.indices_padding))
+        self.last_stats = stats
+        return loss
+
+    def _run_8bit(self, w: _Work, state, values, step_size, beta1, beta2, eps):
+        rows, cols, blocks = _layout(w.param)
+        shapes = [(rows, cols)] * 3 + [(rows, blocks)] * 2
+        tensors = [w.param.data, state["state1"], state["state2"], state["absmax1"],
+                   state["absmax2"]]
+        views, back = [], []
+        for t, (r, c) in zip(tensors, shapes):
+            v = _rows(t, r, c)
+            if v is None:  # no [R, D] view (a transposed parameter): step a copy, copy it back
+                v = t.contiguous().view(r, c)
+                back.append((t, v))
+            views.append(v)
+        var, m, v, am, av = views
+        st = fusekit.lazy_adam_quant(values, w.indices, m, v, var, state["qmap1"], state["qmap2"],
+                                     am, av, step_size, beta1=beta1, beta2=beta2, epsilon=eps)
+        for t, c in back:
+            t.copy_(c.view(t.shape))
+        return st

@@ -1,0 +1,94 @@
+// fusekit internal: the stages that the sparse-row optimizers (LazyAdam, LazyAdamQuant) run before
+// their row kernels, written once:
+//   check   one pass over the indices: the range check (nothing is written before it passes), the
+//           entries (row << 32 | position; padding gets row R), and a bitmap over the table's rows
+//           that tells whether any row is named twice;
+//   group   only when some row is named twice: a stable radix sort of the entries by row, so that
+//           the occurrences of a row become neighbours in order of occurrence (summed, applied
+//           once), then the groups put back in batch order, each at the position of its first
+//           occurrence, padding last (outside [0, end));
+//   update  the grouped entries cut into chunks at row boundaries (each chunk owns whole rows),
+//           claimed by the threads (for_each_row_chunk).
+// Without duplicates the entries stay in batch order, padding among them (the kernels skip row R):
+// the gradient is then read sequentially and the table rows are prefetched ahead.
+#ifndef FUSEKIT_COMMON_ROW_GROUPS_H_
+#define FUSEKIT_COMMON_ROW_GROUPS_H_
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/parallel.h"
+#include "fusekit/status.h"
+#include "fusekit/tensor.h"
+
+namespace fusekit {
+
+// Where the stages keep their data in a workspace (offsets from its 64-aligned start): the
+// duplicate bitmap (when the table is small enough), the entries and their sort buffer, the sort's
+// histograms, the group offsets. `total` (a multiple of 64) is where the operator's own part of the
+// workspace may start.
+struct RowGroupsLayout {
+  size_t bitmap = 0, bitmap_bytes = 0, entries = 0, entries_tmp = 0, hist = 0, lead = 0, total = 0;
+};
+RowGroupsLayout row_groups_layout(int64_t n, int64_t rows, int threads);
+
+// The entries to walk: entries[0, end), each row's occurrences neighbours in order of occurrence,
+// rows in the batch order of their first occurrence; entries with row >= R are padding.
+struct RowEntries {
+  const uint64_t *entries = nullptr;
+  int64_t end = 0;
+  bool duplicates = false;  // some row is named twice (then the entries were grouped)
+  int64_t padding = 0;      // negative indices
+};
+
+// The check stage over indices (int32 or int64, [N] or [N, 1], any stride; N = indices.shape[0])
+// into a table of `rows` rows. An index >= rows is kInvalidArgument naming the first such position
+// and its value: "<op>: indices[7] = 64 but the table has 64 rows; nothing was modified". Fills
+// out (entries in batch order, padding counted, whether any row repeats).
+Status row_groups_check(const char *op, const TensorView &indices, int64_t rows, char *workspace,
+                        const RowGroupsLayout &layout, int threads, RowEntries *out);
+// The group stage: when out->duplicates, sorts and regroups the entries (out->entries and end
+// change); else nothing.
+void row_groups_group(int64_t rows, char *workspace, const RowGroupsLayout &layout, int threads,
+                      RowEntries *inout);
+
+// The update stage's split: chunks of about a quarter of a thread's share of entries, cut at row
+// boundaries, claimed by the threads; fn(begin, end, worker) runs the row kernel over
+// entries[begin, end) (whole rows) and returns the rows it skipped. Returns the number of distinct
+// rows in [0, end) (padding excluded when grouped; the caller subtracts padding otherwise) and
+// adds the skipped rows to *skipped.
+template <typename Fn>
+int64_t for_each_row_chunk(const RowEntries &e, int threads, int64_t *skipped, Fn &&fn) {
+  const uint64_t *ordered = e.entries;
+  const int64_t end = e.end;
+  auto boundary = [&](int64_t k) {  // the first entry at or after k that starts a row's group
+    while (k > 0 && k < end && (ordered[k] >> 32) == (ordered[k - 1] >> 32)) ++k;
+    return std::min(k, end);
+  };
+  const int64_t size = chunk_size_for(end, threads, 256);
+  const int64_t chunks = (end + size - 1) / size;
+  std::atomic<int64_t> skip{0}, distinct{0};
+  parallel_chunks(chunks, threads, [&](int64_t c, int worker) {
+    const int64_t b = boundary(c * size), en = boundary((c + 1) * size);
+    if (b >= en) return;
+    if (e.duplicates) {
+      int64_t groups = 0;
+      for (int64_t k = b; k < en; ++k)
+        groups += (k == b || (ordered[k] >> 32) != (ordered[k - 1] >> 32)) ? 1 : 0;
+      distinct.fetch_add(groups, std::memory_order_relaxed);
+    }
+    skip.fetch_add(fn(b, en, worker), std::memory_order_relaxed);
+  });
+  *skipped += skip.load();
+  return e.duplicates ? distinct.load() : end - e.padding;
+}
+
+// Tests only: plans made after this use the duplicate bitmap up to `bytes` (default 64 MiB, or 8
+// bytes per index if more); a negative value disables it, so every batch is grouped by sorting.
+void set_row_groups_bitmap_limit_for_testing(int64_t bytes);
+
+}  // namespace fusekit
+
+#endif  // FUSEKIT_COMMON_ROW_GROUPS_H_

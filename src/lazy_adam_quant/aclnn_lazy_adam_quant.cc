@@ -1,0 +1,109 @@
+// aclnnLazyAdamQuant: the aclnn face over fusekit::LazyAdamQuant (fusekit's own operator, in the
+// style of aclnnLazyAdam).
+#include "aclnnop/aclnn_lazy_adam_quant.h"
+
+#include <memory>
+#include <string>
+
+#include "common/c_entry.h"
+#include "common/str_cat.h"
+#include "fusekit/lazy_adam_quant.h"
+#include "runtime/acl_tensor.h"
+#include "runtime/executor.h"
+
+namespace fusekit {
+namespace {
+
+constexpr const char *kOp = "aclnnLazyAdamQuant";
+
+class LazyAdamQuantExecutor final : public aclOpExecutor {
+ public:
+  LazyAdamQuantExecutor(const LazyAdamQuant &plan, const LazyAdamQuantTensors &tensors,
+                        const TensorView &lr)
+      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
+    scalars_.lr_tensor = lr;  // read by the implementation when phase two runs
+  }
+  uint64_t workspace_size() const override { return plan_.workspace_size(); }
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
+                 std::string *warning) override {
+    LazyAdamQuantStats stats;
+    Status st = with_aclnn_name(
+        plan_.run(tensors_, scalars_, workspace, workspace_size, &stats, stream), "LazyAdamQuant");
+    if (st.ok() && stats.rows_skipped_nonfinite > 0) {
+      *warning = str_cat(kOp, ": warning: ", stats.rows_skipped_nonfinite,
+                         " rows were left unchanged because their gradient, or the new m, v, "
+                         "absmax or var the step would give them, is not finite");
+    }
+    return st;
+  }
+
+ private:
+  LazyAdamQuant plan_;
+  LazyAdamQuantTensors tensors_;
+  LazyAdamQuantScalars scalars_;
+};
+
+}  // namespace
+}  // namespace fusekit
+
+using namespace fusekit;
+
+extern "C" aclnnStatus aclnnLazyAdamQuantGetWorkspaceSize(
+    const aclTensor *gradient, const aclTensor *indices, aclTensor *inputM, aclTensor *inputV,
+    aclTensor *inputVar, const aclTensor *qmapM, const aclTensor *qmapV, aclTensor *absmaxM,
+    aclTensor *absmaxV, const aclTensor *lr, double beta1, double beta2, double epsilon,
+    uint64_t *workspaceSize, aclOpExecutor **executor) {
+  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    TensorView g, i, m, v, var, qm, qv, am, av, l;
+    Status st = view_of(gradient, kOp, "gradient", &g);
+    if (st.ok()) st = view_of(indices, kOp, "indices", &i);
+    if (st.ok()) st = view_of(inputM, kOp, "inputM", &m);
+    if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
+    if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
+    if (st.ok()) st = view_of(qmapM, kOp, "qmapM", &qm);
+    if (st.ok()) st = view_of(qmapV, kOp, "qmapV", &qv);
+    if (st.ok()) st = view_of(absmaxM, kOp, "absmaxM", &am);
+    if (st.ok()) st = view_of(absmaxV, kOp, "absmaxV", &av);
+    if (st.ok()) st = view_of(lr, kOp, "lr", &l);
+    if (st.ok() && workspaceSize == nullptr)
+      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
+    if (st.ok() && executor == nullptr)
+      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+    if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
+      st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ",
+                                   dtype_name(l.dtype), " ", l.shape_string()));
+    }
+    if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
+    if (st.ok()) {
+      const std::pair<const TensorView *, const char *> outs[] = {
+          {&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}, {&am, "absmaxM"}, {&av, "absmaxV"}};
+      for (const auto &[t, name] : outs) {
+        if (st.ok() && t->overlaps(l))
+          st = Status::Invalid(str_cat(kOp, ": lr and ", name, " overlap in memory"));
+      }
+    }
+    LazyAdamQuant plan;
+    const LazyAdamQuantTensors tensors{g, i, m, v, var, qm, qv, am, av};
+    if (st.ok()) {
+      LazyAdamQuantOptions options;
+      options.beta1 = beta1;
+      options.beta2 = beta2;
+      options.epsilon = epsilon;
+      LazyAdamQuantProblem problem;
+      st = LazyAdamQuantProblem::make(tensors, options, &problem);
+      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+      if (st.ok()) st = LazyAdamQuant::plan(problem, options, &plan);
+      st = with_aclnn_name(st, "LazyAdamQuant");
+    }
+    std::unique_ptr<aclOpExecutor> ex;
+    if (st.ok()) ex = std::make_unique<LazyAdamQuantExecutor>(plan, tensors, l);
+    return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
+  });
+}
+
+extern "C" aclnnStatus aclnnLazyAdamQuant(void *workspace, uint64_t workspaceSize,
+                                          aclOpExecutor *executor, aclrtStream stream) {
+  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
+  });
+}

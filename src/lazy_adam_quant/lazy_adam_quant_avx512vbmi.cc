@@ -1,0 +1,618 @@
+// LazyAdamQuant, the cpu_avx512vbmi implementation's kernel: AVX-512 with VBMI (Zen 4, Ice Lake and
+// later). Nothing is gathered: the maps are byte planes in registers for the dequantization, and
+// the codes come from ApplyAdamWQuant's in-register searches (common/quant_codes_avx512vbmi-inl.h:
+// Dequant64, BlockCodes16, BlockCodes2, the register tables of one run).
+//
+// Per touched row (whole rows, as the other kernels): the gradient rows summed in order of
+// occurrence (float32), then per block of 256 columns, 64 codes at a time (masked loads past D),
+// the dequantization, LazyAdam's update, the new m, v and var into the thread's scratch with the
+// block maxima and var's largest magnitude; then the row's guard; then var (masked stores past D)
+// and absmax stored, and the normalized values m / absmax and v / absmax appended to a staging
+// buffer of 256 lanes (a row's block may straddle two fills). Each full staging buffer runs one
+// 256-lane search, both maps together (eight independent chains per level, as in
+// ApplyAdamWQuant), and its codes are copied to the rows they belong to: at D = 32 one search
+// serves eight rows instead of running eight 32-lane searches of one chain each. The codes of a
+// row are thus stored a few rows after its var, all within the same call. Prefetches the
+// gradient, var, code and absmax rows of the entry a few ahead. Bitwise the results of the other
+// kernels.
+//
+// Compiled through foreach_target.h; code is emitted only in the AVX3 pass (or AVX3_DL, when only
+// that one is built) with VBMI added to the target attributes; the implementation list runs it
+// only where the CPU has AVX-512 F, BW, DQ, VL and VBMI.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "lazy_adam_quant/lazy_adam_quant_avx512vbmi.cc"
+#include <hwy/cache_control.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/adam_update.h"
+#include "common/quant_codes_avx512vbmi-inl.h"  // sets FUSEKIT_QUANT_VBMI_HERE for this pass
+#include "common/quant_codes_hwy-inl.h"
+#include "fusekit/float16.h"
+#include "lazy_adam_quant/lazy_adam_quant_kernels.h"
+
+#if FUSEKIT_QUANT_VBMI_HERE
+HWY_BEFORE_NAMESPACE();
+namespace fusekit::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {
+
+// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
+// flags.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Prefetches each cache line of [p, p + bytes) once.
+FUSEKIT_QUANT_VBMI HWY_INLINE void PrefetchLines(const void *p, int64_t bytes) {
+  const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const auto last =
+      (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1) & ~uintptr_t{63};
+  for (uintptr_t line = first; line <= last; line += 64)
+    hwy::Prefetch(reinterpret_cast<const char *>(line));
+}
+
+FUSEKIT_QUANT_VBMI HWY_INLINE __mmask16 LaneMask(int64_t lanes) {
+  return lanes >= 16 ? static_cast<__mmask16>(0xffff)
+                     : static_cast<__mmask16>((1u << static_cast<unsigned>(lanes)) - 1u);
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE __mmask64 ByteMask(int64_t bytes) {
+  return bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << static_cast<unsigned>(bytes)) - 1;
+}
+
+// A vector access past the end of a table row must not reach a cache line the row does not
+// occupy: masked-off lanes still make the core fetch (or, for a store, own) every line the access
+// spans, and the line after a random row is a miss of its own. Measured at D = 32: 64-byte masked
+// code loads and stores at rows that start mid-line took the step from 1.9 to 4 ns per element.
+// So a partial access is masked only when it stays within the row's lines, else it goes through a
+// small local buffer.
+FUSEKIT_QUANT_VBMI HWY_INLINE bool WithinLines(const void *p, int64_t n, int64_t w) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return (a + static_cast<uintptr_t>(w) - 1) / 64 == (a + static_cast<uintptr_t>(n) - 1) / 64;
+}
+
+// n (1 to 64) codes at p, zero past n.
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i LoadCodes(const uint8_t *p, int64_t n) {
+  if (n >= 64) return _mm512_loadu_si512(p);
+  if (WithinLines(p, n, 64)) return _mm512_maskz_loadu_epi8(ByteMask(n), p);
+  if (n <= 32 && WithinLines(p, n, 32)) {
+    return _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(static_cast<__mmask32>(ByteMask(n)), p));
+  }
+  alignas(64) uint8_t tmp[64] = {};
+  for (int64_t j = 0; j < n; ++j) tmp[j] = p[j];
+  return _mm512_load_si512(tmp);
+}
+// The first n (1 to 64) bytes of `codes` (64 readable) to p.
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreCodes(const uint8_t *codes, int64_t n, uint8_t *p) {
+  const __m512i c = _mm512_loadu_si512(codes);
+  if (n >= 64) {
+    _mm512_storeu_si512(p, c);
+  } else if (WithinLines(p, n, 64)) {
+    _mm512_mask_storeu_epi8(p, ByteMask(n), c);
+  } else if (n <= 32 && WithinLines(p, n, 32)) {
+    _mm256_mask_storeu_epi8(p, static_cast<__mmask32>(ByteMask(n)), _mm512_castsi512_si256(c));
+  } else {
+    for (int64_t j = 0; j < n; ++j) p[j] = codes[j];
+  }
+}
+
+// ---- float32 vectors from the three storage types, `lanes` (1 to 16) of them, 0 past the end and
+// not stored there. The same instructions as Highway's LoadWide / StoreNarrow on AVX3
+// (common/hwy_dtype-inl.h): float16 by vcvtph2ps / vcvtps2ph (round to nearest-even), bfloat16 by
+// shifts and the integer rounding to nearest-even.
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Widen(const float *p) {
+  return _mm512_loadu_ps(p);
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Widen(const bfloat16_t *p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Widen(const float16_t *p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 WidenMasked(const float *p, __mmask16 k) {
+  return _mm512_maskz_loadu_ps(k, p);
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 WidenMasked(const bfloat16_t *p, __mmask16 k) {
+  const __m256i h = _mm256_maskz_loadu_epi16(k, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 WidenMasked(const float16_t *p, __mmask16 k) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+}
+template <typename E>
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 LoadWideN(const E *p, int64_t lanes) {
+  if (lanes >= 16) return Widen(p);
+  const auto n = lanes * static_cast<int64_t>(sizeof(E));
+  if (WithinLines(p, n, 16 * static_cast<int64_t>(sizeof(E))))
+    return WidenMasked(p, LaneMask(lanes));
+  alignas(64) E tmp[16] = {};
+  for (int64_t j = 0; j < lanes; ++j) tmp[j] = p[j];
+  return Widen(tmp);
+}
+
+FUSEKIT_QUANT_VBMI HWY_INLINE void NarrowMasked(__m512 w, float *p, __mmask16 k) {
+  _mm512_mask_storeu_ps(p, k, w);
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE void NarrowMasked(__m512 w, bfloat16_t *p, __mmask16 k) {
+  const __m512i bits = _mm512_castps_si512(w);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i quiet_nan =
+      _mm512_srli_epi32(_mm512_or_si512(bits, _mm512_set1_epi32(0x00400000)), 16);
+  const __m512i r =
+      _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), quiet_nan);
+  _mm512_mask_cvtepi32_storeu_epi16(p, k, r);
+}
+FUSEKIT_QUANT_VBMI HWY_INLINE void NarrowMasked(__m512 w, float16_t *p, __mmask16 k) {
+  _mm256_mask_storeu_epi16(p, k, _mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+template <typename E>
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreNarrowN(__m512 w, E *p, int64_t lanes) {
+  const auto n = std::min<int64_t>(lanes, 16) * static_cast<int64_t>(sizeof(E));
+  if (lanes >= 16 || WithinLines(p, n, 16 * static_cast<int64_t>(sizeof(E)))) {
+    NarrowMasked(w, p, LaneMask(lanes));
+    return;
+  }
+  alignas(64) E tmp[16];
+  NarrowMasked(w, tmp, LaneMask(16));
+  for (int64_t j = 0; j < lanes; ++j) p[j] = tmp[j];
+}
+
+// The row's gradient in float32 into g (the scratch row: D floats rounded up to 16, and more): the
+// first occurrence widened, then each later one added in order (the reference's sum, operation for
+// operation). Lanes past D hold zeros plus zeros.
+template <typename G>
+FUSEKIT_QUANT_VBMI HWY_INLINE void SumGradient(const LazyAdamQuantRowsArgs &a, int64_t k,
+                                               int64_t next, float *g) {
+  const int64_t D = a.dim;
+  auto row = [&](int64_t q) {
+    return static_cast<const G *>(a.grad) +
+           static_cast<int64_t>(a.entries[q] & 0xffffffffu) * a.grad_stride;
+  };
+  const G *g0 = row(k);
+  for (int64_t j = 0; j < D; j += 16) _mm512_storeu_ps(g + j, LoadWideN(g0 + j, D - j));
+  for (int64_t q = k + 1; q < next; ++q) {
+    const G *h = row(q);
+    for (int64_t j = 0; j < D; j += 16) {
+      _mm512_storeu_ps(g + j, _mm512_add_ps(_mm512_loadu_ps(g + j), LoadWideN(h + j, D - j)));
+    }
+  }
+}
+
+// ---- the staging buffer of normalized values ---------------------------------------------------
+// Lanes [0, fill) hold m / absmax_m and v / absmax_v of rows already stored; segments say where
+// their codes go. A block of up to 256 lanes is appended whole (vectors past its end are
+// overwritten by the next one); when fill reaches 256 the first 256 lanes are searched and their
+// codes copied out, and what lies past 256 moves to the front.
+struct Segment {
+  int32_t off, len;
+  uint8_t *m, *v;
+};
+
+struct Staging {
+  alignas(64) float xm[2 * kQuantBlock + 64];
+  alignas(64) float xv[2 * kQuantBlock + 64];
+  Segment seg[kQuantBlock + 2];
+  int nseg = 0;
+  int64_t fill = 0;
+};
+
+// Copies codes[0, len) to dst, 64 bytes at a time (`codes` readable 64 bytes past len).
+FUSEKIT_QUANT_VBMI HWY_INLINE void CopyCodes(const uint8_t *codes, int64_t len, uint8_t *dst) {
+  for (int64_t j = 0; j < len; j += 64)
+    StoreCodes(codes + j, std::min<int64_t>(64, len - j), dst + j);
+}
+
+// kMode: the register tables' mode (0: 32-bit search; 1: 16-bit search; 2: 16-bit search and m's
+// sign fix), each its own instantiation as in ApplyAdamWQuant's kernel.
+template <int kMode>
+struct Searcher {
+  const QuantMapTables *map_m;
+  SearchTables search_m, search_v;
+  Search16Tables s16_m, s16_v;
+
+  // Codes of the first 256 lanes of the staging buffer (the quotients already formed).
+  FUSEKIT_QUANT_VBMI HWY_INLINE void Codes256(Staging &st, uint8_t *out_m, uint8_t *out_v) {
+    const __m512 one = _mm512_set1_ps(1.0f);  // not used: the lanes are quotients already
+    if constexpr (kMode > 0) {
+      BlockCodes16<kMode == 2, false>(s16_m, s16_v, st.xm, st.xv, one, one, out_m, out_v);
+    } else {
+      const hn::ScalableTag<float> df;
+      BlockCodes2<false>(df, *map_m, search_m, search_v, st.xm, st.xv, one, one, out_m, out_v);
+    }
+  }
+
+  // Searches lanes [0, 256) (those past fill zeroed first), copies every segment's codes that lie
+  // there, and keeps what lies past 256.
+  FUSEKIT_QUANT_VBMI HWY_INLINE void Flush(Staging &st) {
+    if (st.nseg == 0) return;
+    for (int64_t j = st.fill; j < kQuantBlock; ++j) st.xm[j] = st.xv[j] = 0.0f;
+    alignas(64) uint8_t cm[kQuantBlock + 64], cv[kQuantBlock + 64];
+    Codes256(st, cm, cv);
+    int keep = 0;
+    for (int i = 0; i < st.nseg; ++i) {
+      const Segment s = st.seg[i];
+      const int64_t here = std::min<int64_t>(s.len, kQuantBlock - s.off);
+      CopyCodes(cm + s.off, here, s.m);
+      CopyCodes(cv + s.off, here, s.v);
+      if (here < s.len) {  // the straddling block: the rest moves to the front
+        st.seg[keep++] = {0, static_cast<int32_t>(s.len - here), s.m + here, s.v + here};
+      }
+    }
+    const int64_t rest = st.fill > kQuantBlock ? st.fill - kQuantBlock : 0;
+    for (int64_t j = 0; j < rest; j += 16) {
+      _mm512_store_ps(st.xm + j, _mm512_loadu_ps(st.xm + kQuantBlock + j));
+      _mm512_store_ps(st.xv + j, _mm512_loadu_ps(st.xv + kQuantBlock + j));
+    }
+    st.nseg = keep;
+    st.fill = rest;
+  }
+};
+
+// A row whose update passed the guard: where its stores go, and its new values in the scratch.
+template <typename T>
+struct RowOut {
+  T *var;
+  uint8_t *mc, *vc;
+  float *absmax_m, *absmax_v;
+  const LaqScratch &s;
+};
+
+// Stores a row: var, absmax, and its quotients m / absmax_m, v / absmax_v appended to the staging
+// buffer (searched 256 lanes at a time).
+template <typename T, int kMode>
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreRow(const LazyAdamQuantRowsArgs &a, const RowOut<T> &p,
+                                            Staging &st, Searcher<kMode> &search) {
+  const int64_t D = a.dim;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
+    const float max_m = p.s.max_m[b] + 0.0f, max_v = p.s.max_v[b] + 0.0f;
+    p.absmax_m[b] = max_m;
+    p.absmax_v[b] = max_v;
+    const __m512 vdiv_m = _mm512_set1_ps(max_m == 0.0f ? 1.0f : max_m);
+    const __m512 vdiv_v = _mm512_set1_ps(max_v == 0.0f ? 1.0f : max_v);
+    float *xm = st.xm + st.fill, *xv = st.xv + st.fill;
+    for (int64_t j = 0; j < len; j += 16) {
+      StoreNarrowN(_mm512_loadu_ps(p.s.w + lo + j), p.var + lo + j, len - j);
+      _mm512_storeu_ps(xm + j, _mm512_div_ps(_mm512_loadu_ps(p.s.m + lo + j), vdiv_m));
+      _mm512_storeu_ps(xv + j, _mm512_div_ps(_mm512_loadu_ps(p.s.v + lo + j), vdiv_v));
+    }
+    st.seg[st.nseg++] = {static_cast<int32_t>(st.fill), static_cast<int32_t>(len), p.mc + lo,
+                         p.vc + lo};
+    st.fill += len;
+    if (st.fill >= kQuantBlock) search.Flush(st);
+  }
+}
+
+// The update's constants in registers.
+struct UpdateConsts {
+  __m512 b1, b2, omb1, omb2, eps, neg_lr;
+  __m512i magnitude;
+};
+
+// One vector of a row: `left` (1 to 16 and more) lanes from column j: LazyAdam's update of the
+// dequantized m and v (qm, qv: the map entries, times the block's absmax), the new m, v and var
+// into the scratch, the maxima (|m|, v, var's magnitude bits) over the valid lanes.
+template <typename T>
+FUSEKIT_QUANT_VBMI HWY_INLINE void UpdateVector(const UpdateConsts &c, __m512 qm, __m512 qv,
+                                                __m512 vscale_m, __m512 vscale_v, const float *g,
+                                                const T *var, int64_t left, const LaqScratch &s,
+                                                int64_t j, __m512 &acc_m, __m512 &acc_v,
+                                                __m512i &acc_w) {
+  const __mmask16 lanes = LaneMask(left);
+  const __m512 gj = LoadWideN(g + j, left);
+  const __m512 m =
+      _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qm, vscale_m), c.b1), _mm512_mul_ps(gj, c.omb1));
+  const __m512 v = _mm512_abs_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qv, vscale_v), c.b2),
+                                               _mm512_mul_ps(_mm512_mul_ps(gj, gj), c.omb2)));
+  const __m512 w = _mm512_add_ps(
+      LoadWideN(var + j, left),
+      _mm512_div_ps(_mm512_mul_ps(m, c.neg_lr), _mm512_add_ps(_mm512_sqrt_ps(v), c.eps)));
+  _mm512_storeu_ps(s.m + j, m);
+  _mm512_storeu_ps(s.v + j, v);
+  _mm512_storeu_ps(s.w + j, w);
+  acc_m = _mm512_mask_max_ps(acc_m, lanes, _mm512_abs_ps(m), acc_m);
+  acc_v = _mm512_mask_max_ps(acc_v, lanes, v, acc_v);
+  acc_w = _mm512_mask_max_epi32(acc_w, lanes, _mm512_and_si512(_mm512_castps_si512(w), c.magnitude),
+                                acc_w);
+}
+
+// A touched row: where it lives, and its gradient in float32.
+template <typename T>
+struct RowIn {
+  T *var;
+  uint8_t *mc, *vc;
+  float *absmax_m, *absmax_v;
+  const float *g;
+};
+
+// The next touched row of entries[k, end), k advanced past it (padding skipped; a repeated row's
+// gradients summed into gbuf; a single float32 gradient row read where it is), prefetching the
+// rows of the entry `ahead` on for every entry passed; false at the end.
+template <typename T, typename G>
+FUSEKIT_QUANT_VBMI HWY_INLINE bool NextRow(const LazyAdamQuantRowsArgs &a, int64_t &k, int64_t end,
+                                           float *gbuf, RowIn<T> *out) {
+  const int64_t D = a.dim, ahead = a.prefetch_ahead;
+  while (k < end) {
+    if (k + ahead < end) {
+      const uint64_t e = a.entries[k + ahead];
+      const auto r = static_cast<int64_t>(e >> 32);
+      if (e >> 32 < a.row_limit) {
+        PrefetchLines(
+            static_cast<const G *>(a.grad) + static_cast<int64_t>(e & 0xffffffffu) * a.grad_stride,
+            D * static_cast<int64_t>(sizeof(G)));
+        PrefetchLines(static_cast<const T *>(a.var) + r * a.var_stride,
+                      D * static_cast<int64_t>(sizeof(T)));
+        PrefetchLines(a.m + r * a.m_stride, D);
+        PrefetchLines(a.v + r * a.v_stride, D);
+        PrefetchLines(a.absmax_m + r * a.absmax_m_stride, a.blocks * 4);
+        PrefetchLines(a.absmax_v + r * a.absmax_v_stride, a.blocks * 4);
+      }
+    }
+    const uint64_t row = a.entries[k] >> 32;
+    int64_t next = k + 1;
+    while (next < end && (a.entries[next] >> 32) == row) ++next;
+    if (row >= a.row_limit) {  // padding
+      k = next;
+      continue;
+    }
+    out->g = gbuf;
+    if constexpr (sizeof(G) == 4) {
+      if (next == k + 1) {  // one float32 gradient row: read where it is
+        out->g = static_cast<const float *>(a.grad) +
+                 static_cast<int64_t>(a.entries[k] & 0xffffffffu) * a.grad_stride;
+      } else {
+        SumGradient<G>(a, k, next, gbuf);
+      }
+    } else {
+      SumGradient<G>(a, k, next, gbuf);
+    }
+    k = next;
+    const auto r = static_cast<int64_t>(row);
+    out->var = static_cast<T *>(a.var) + r * a.var_stride;
+    out->mc = a.m + r * a.m_stride;
+    out->vc = a.v + r * a.v_stride;
+    out->absmax_m = a.absmax_m + r * a.absmax_m_stride;
+    out->absmax_v = a.absmax_v + r * a.absmax_v_stride;
+    return true;
+  }
+  return false;
+}
+
+// Rows of at most 32 columns (one block, at most two vectors), two at a time: the two rows' codes
+// share one 64-code dequantization per map (a 32-code one costs nearly as much), and the two
+// rows' independent chains (the square root and division, the maxima, the guard) are interleaved.
+template <typename T, typename G, int kMode>
+FUSEKIT_QUANT_VBMI HWY_INLINE int64_t SmallRows(const LazyAdamQuantRowsArgs &a,
+                                                const BytePlanes &pm, const BytePlanes &pv,
+                                                const UpdateConsts &c, __m512i var_limit,
+                                                int64_t begin, int64_t end, Staging &st,
+                                                Searcher<kMode> &search) {
+  const hn::ScalableTag<float> df;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const int64_t D = a.dim;
+  // The two rows' scratch (D <= 32: 32 floats and 16 more each).
+  alignas(64) float buf[2][4][48];
+  alignas(64) float maxima[2][2][16];
+  const LaqScratch s[2] = {
+      {buf[0][0], buf[0][1], buf[0][2], buf[0][3], maxima[0][0], maxima[0][1]},
+      {buf[1][0], buf[1][1], buf[1][2], buf[1][3], maxima[1][0], maxima[1][1]}};
+  int64_t skipped = 0;
+  int64_t k = begin;
+  RowIn<T> rows[2];
+  while (NextRow<T, G>(a, k, end, buf[0][0], &rows[0])) {
+    const int n = NextRow<T, G>(a, k, end, buf[1][0], &rows[1]) ? 2 : 1;
+    __m512 qm[4], qv[4];
+    if (n == 2) {
+      Dequant64(pm,
+                _mm512_inserti64x4(LoadCodes(rows[0].mc, D),
+                                   _mm512_castsi512_si256(LoadCodes(rows[1].mc, D)), 1),
+                qm);
+      Dequant64(pv,
+                _mm512_inserti64x4(LoadCodes(rows[0].vc, D),
+                                   _mm512_castsi512_si256(LoadCodes(rows[1].vc, D)), 1),
+                qv);
+    } else {
+      Dequant32(pm, LoadCodes(rows[0].mc, D), qm);
+      Dequant32(pv, LoadCodes(rows[0].vc, D), qv);
+    }
+    __m512 acc_m[2], acc_v[2];
+    __m512i acc_w[2];
+    for (int i = 0; i < n; ++i) {
+      acc_m[i] = _mm512_setzero_ps();
+      acc_v[i] = _mm512_setzero_ps();
+      acc_w[i] = _mm512_setzero_si512();
+    }
+    for (int64_t j = 0; j < D; j += 16) {
+      for (int i = 0; i < n; ++i) {
+        const RowIn<T> &r = rows[i];
+        UpdateVector(c, qm[2 * i + j / 16], qv[2 * i + j / 16], _mm512_set1_ps(r.absmax_m[0]),
+                     _mm512_set1_ps(r.absmax_v[0]), r.g, r.var, D - j, s[i], j, acc_m[i], acc_v[i],
+                     acc_w[i]);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const float max_m = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_m[i]}));
+      const float max_v = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_v[i]}));
+      s[i].max_m[0] = max_m;
+      s[i].max_v[0] = max_v;
+      if (!(max_m < kInf && max_v < kInf) || _mm512_cmpge_epi32_mask(acc_w[i], var_limit) != 0) {
+        ++skipped;
+        continue;
+      }
+      const RowIn<T> &r = rows[i];
+      StoreRow(a, RowOut<T>{r.var, r.mc, r.vc, r.absmax_m, r.absmax_v, s[i]}, st, search);
+    }
+  }
+  return skipped;
+}
+
+template <typename T, typename G, int kMode>
+FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
+                                                 const VbmiTables &pt, int64_t begin, int64_t end,
+                                                 void *scratch_mem) {
+  const hn::ScalableTag<float> df;
+  // The maps' byte planes are read where they are, as memory operands of the permutes: copied
+  // into locals (as ApplyAdamWQuant's kernel does for its blocks of 256), GCC keeps all 32
+  // registers of them live across a row's block loop and spills and reloads them once per row,
+  // which at D = 32 cost more than the row's arithmetic. The search tables, used once per 256
+  // lanes, are copied (Searcher).
+  const BytePlanes &pm = pt.pm, &pv = pt.pv;
+  Searcher<kMode> search;
+  search.map_m = &a.map_m;
+  if constexpr (kMode > 0) {
+    search.s16_m = pt.s16_m;
+    search.s16_v = pt.s16_v;
+  } else {
+    search.search_m = pt.search_m;
+    search.search_v = pt.search_v;
+  }
+  Staging st;
+  const UpdateConsts c{_mm512_set1_ps(a.beta1),           _mm512_set1_ps(a.beta2),
+                       _mm512_set1_ps(a.one_minus_beta1), _mm512_set1_ps(a.one_minus_beta2),
+                       _mm512_set1_ps(a.epsilon),         _mm512_set1_ps(a.neg_lr),
+                       _mm512_set1_epi32(0x7fffffff)};
+  const __m512i var_limit = _mm512_set1_epi32(static_cast<int32_t>(adam_stored_finite_limit<T>()));
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  int64_t skipped = 0;
+  const int64_t D = a.dim;
+  if (D <= 32) {
+    skipped = SmallRows<T, G, kMode>(a, pm, pv, c, var_limit, begin, end, st, search);
+  } else {
+    const LaqScratch s = laq_scratch(scratch_mem, D);
+    int64_t k = begin;
+    RowIn<T> r;
+    while (NextRow<T, G>(a, k, end, s.g, &r)) {
+      // (1) Per block: dequantize, update into the scratch, the maxima; nothing is stored yet.
+      __m512i acc_w = _mm512_setzero_si512();
+      bool maxima_ok = true;
+      for (int64_t b = 0; b < a.blocks; ++b) {
+        const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
+        const __m512 vscale_m = _mm512_set1_ps(r.absmax_m[b]);
+        const __m512 vscale_v = _mm512_set1_ps(r.absmax_v[b]);
+        __m512 acc_m = _mm512_setzero_ps(), acc_v = _mm512_setzero_ps();
+        for (int64_t j0 = 0; j0 < len; j0 += 64) {
+          const int64_t bytes = std::min<int64_t>(64, len - j0);
+          __m512 qm[4], qv[4];
+          if (bytes <= 32) {
+            Dequant32(pm, LoadCodes(r.mc + lo + j0, bytes), qm);
+            Dequant32(pv, LoadCodes(r.vc + lo + j0, bytes), qv);
+          } else {
+            Dequant64(pm, LoadCodes(r.mc + lo + j0, bytes), qm);
+            Dequant64(pv, LoadCodes(r.vc + lo + j0, bytes), qv);
+          }
+          for (int q = 0; q < 4; ++q) {
+            const int64_t j = lo + j0 + 16 * q;
+            if (j >= lo + len) break;
+            UpdateVector(c, qm[q], qv[q], vscale_m, vscale_v, r.g, r.var, lo + len - j, s, j, acc_m,
+                         acc_v, acc_w);
+          }
+        }
+        const float max_m = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_m}));
+        const float max_v = hn::GetLane(hn::MaxOfLanes(df, hn::Vec512<float>{acc_v}));
+        s.max_m[b] = max_m;
+        s.max_v[b] = max_v;
+        maxima_ok = maxima_ok && max_m < kInf && max_v < kInf;
+      }
+      // (2) The guard (as the other kernels: var's largest magnitude bits and the maxima).
+      if (!maxima_ok || _mm512_cmpge_epi32_mask(acc_w, var_limit) != 0) {
+        ++skipped;
+        continue;
+      }
+      // (3) var and absmax stored, the quotients staged for the codes.
+      StoreRow(a, RowOut<T>{r.var, r.mc, r.vc, r.absmax_m, r.absmax_v, s}, st, search);
+    }
+  }
+  search.Flush(st);
+  if (st.nseg > 0) search.Flush(st);  // a block that straddled the last full buffer
+  return skipped;
+}
+
+template <typename T, typename G>
+int64_t RowsOf(const LazyAdamQuantRowsArgs &a, const VbmiTables &t, int64_t begin, int64_t end,
+               void *scratch) {
+  switch (t.mode) {
+    case 2:
+      return FastRows<T, G, 2>(a, t, begin, end, scratch);
+    case 1:
+      return FastRows<T, G, 1>(a, t, begin, end, scratch);
+    default:
+      return FastRows<T, G, 0>(a, t, begin, end, scratch);
+  }
+}
+
+int64_t LazyAdamQuantRowsVbmi(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
+                              void *scratch) {
+  if (a.prepared == nullptr) {  // not prepared by the run: the tables of this call only
+    alignas(64) unsigned char local[kQuantVbmiTablesBytes];
+    PrepareTables(a.map_m, a.map_v, local);
+    LazyAdamQuantRowsArgs b = a;
+    b.prepared = local;
+    return LazyAdamQuantRowsVbmi(b, begin, end, scratch);
+  }
+  const auto &t = *static_cast<const VbmiTables *>(a.prepared);
+  const bool f32_grad = a.grad_dtype == DType::kFloat32;
+  switch (a.dtype) {
+    case DType::kFloat16:
+      return f32_grad ? RowsOf<float16_t, float>(a, t, begin, end, scratch)
+                      : RowsOf<float16_t, float16_t>(a, t, begin, end, scratch);
+    case DType::kBFloat16:
+      return f32_grad ? RowsOf<bfloat16_t, float>(a, t, begin, end, scratch)
+                      : RowsOf<bfloat16_t, bfloat16_t>(a, t, begin, end, scratch);
+    default:
+      return RowsOf<float, float>(a, t, begin, end, scratch);
+  }
+}
+
+void PrepareLaqVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out) {
+  PrepareTables(m, v, out);
+}
+
+#pragma GCC diagnostic pop
+}  // namespace
+}  // namespace fusekit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+#endif  // FUSEKIT_QUANT_VBMI_HERE
+
+#if HWY_ONCE
+namespace fusekit {
+
+LazyAdamQuantRowsFn lazy_adam_quant_rows_avx512vbmi() {
+#if defined(FUSEKIT_QUANT_VBMI_IN_AVX3)
+  return &N_AVX3::LazyAdamQuantRowsVbmi;
+#elif defined(FUSEKIT_QUANT_VBMI_IN_AVX3_DL)
+  return &N_AVX3_DL::LazyAdamQuantRowsVbmi;
+#else
+  return nullptr;
+#endif
+}
+
+void lazy_adam_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v,
+                                        void *out) {
+#if defined(FUSEKIT_QUANT_VBMI_IN_AVX3)
+  N_AVX3::PrepareLaqVbmi(m, v, out);
+#elif defined(FUSEKIT_QUANT_VBMI_IN_AVX3_DL)
+  N_AVX3_DL::PrepareLaqVbmi(m, v, out);
+#else
+  (void)m, (void)v, (void)out;
+#endif
+}
+
+const char *lazy_adam_quant_avx512vbmi_why_not() {
+  if (lazy_adam_quant_rows_avx512vbmi() == nullptr)
+    return "this library was built without an AVX-512 target";
+  return avx512vbmi_cpu_why_not();
+}
+
+}  // namespace fusekit
+#endif  // HWY_ONCE

@@ -1,0 +1,216 @@
+// LazyAdamQuant on the CPU: the run of the CPU implementations, in stages.
+//   check   both maps read once into local copies (strides gathered) and checked (256 finite
+//           floats, ascending), then one pass over the indices (LazyAdam's check stage,
+//           common/row_groups.h: range check, entries, the duplicate bitmap); nothing is written
+//           before both pass;
+//   tables  the maps' search tables (ApplyAdamWQuant's: common/quant_search.h) and what the
+//           kernel derives from them (the VBMI kernel's register tables), kept per thread with the
+//           maps they were built from ("tables(cached)" when a run's maps have the same bits);
+//           then, where the kernel reads them and the problem asks for them, the 65,536-entry
+//           lookup tables in the workspace;
+//   group   only when some row is named twice: LazyAdam's grouping (radix sort by row, the groups
+//           back in batch order);
+//   update  the row kernel over chunks of entries claimed by the threads, each chunk whole rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "common/row_groups.h"
+#include "lazy_adam_quant/lazy_adam_quant_impl.h"
+
+namespace fusekit {
+namespace {
+
+constexpr const char *kOp = "LazyAdamQuant";
+// Steps of this many elements (N * D) on use the lookup tables by default (cpu_hwy).
+constexpr int64_t kTableMinElements = 65536;
+
+using PrepareFn = void (*)(const QuantMapTables &, const QuantMapTables &, void *);
+
+// The search tables of one m map and one v map, and what a kernel derived from them (as
+// ApplyAdamWQuant's CPU run keeps them): a pure function of the maps' bits.
+struct TableCache {
+  alignas(64) unsigned char search[2][kQuantSearchBytes];  // [0]: m (for_m), [1]: v; q comes first
+  alignas(64) unsigned char prepared[kQuantVbmiTablesBytes];
+  QuantMapTables tables[2];
+  bool valid[2] = {false, false};
+  PrepareFn prepared_by = nullptr;  // the function whose tables `prepared` holds, for tables[]
+};
+
+// This thread's cache (null if it could not be allocated: the run then builds in its workspace).
+TableCache *thread_cache() {
+  thread_local std::unique_ptr<TableCache> cache;
+  thread_local bool tried = false;
+  if (!tried) {
+    tried = true;
+    cache.reset(new (std::nothrow) TableCache);
+  }
+  return cache.get();
+}
+
+// The workspace: the check and group stages' part, room for the tables when the thread has no
+// cache, the two lookup tables (cpu_hwy with the table search), one kernel scratch per thread.
+struct WorkspaceLayout {
+  RowGroupsLayout groups;
+  size_t fallback = 0, lut = 0, scratch = 0, scratch_per_thread = 0, total = 0;
+};
+
+WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with_lut) {
+  WorkspaceLayout w;
+  w.groups = row_groups_layout(p.n, p.rows, threads);
+  size_t off = w.groups.total;
+  w.fallback = off;
+  off += align_up(sizeof(TableCache));
+  w.lut = off;
+  if (with_lut) off += 2 * quant_lut_bytes();
+  w.scratch = off;
+  w.scratch_per_thread = align_up(lazy_adam_quant_scratch_bytes(std::max<int64_t>(p.d, 1)));
+  off += w.scratch_per_thread * static_cast<size_t>(threads);
+  w.total = off + kWorkspaceAlign;  // room to align the caller's pointer
+  return w;
+}
+
+// Phase two's check of a map, on its local copy: 256 finite floats, ascending.
+Status check_map(const float *q, const char *name) {
+  for (int i = 0; i < kQuantMapSize; ++i) {
+    const float x = q[i];
+    if (!std::isfinite(x)) {
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, "[", i, "] = ", x, " is not finite; nothing was modified"));
+    }
+    if (i > 0 && x < q[i - 1]) {
+      return Status::Invalid(str_cat(kOp, ": ", name, "[", i, "] = ", x, " is less than ", name,
+                                     "[", i - 1, "] = ", q[i - 1],
+                                     "; the map must be ascending; nothing was modified"));
+    }
+  }
+  return Status::Ok();
+}
+
+void read_map(const TensorView &q, float *out) {
+  const float *p = q.as<const float>();
+  const int64_t s = q.strides[0];
+  if (s == 1) {
+    std::memcpy(out, p, kQuantMapSize * sizeof(float));
+  } else {
+    for (int i = 0; i < kQuantMapSize; ++i) out[i] = p[i * s];
+  }
+}
+
+}  // namespace
+
+bool lazy_adam_quant_wants_table(const LazyAdamQuantProblem &p) {
+  return p.search == QuantSearch::kTable ||
+         (p.search == QuantSearch::kAuto && p.n * p.d >= kTableMinElements);
+}
+
+size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads,
+                                           bool with_lut) {
+  return p.n == 0 ? 0 : layout_for(p, threads, with_lut).total;
+}
+
+Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyAdamQuantProblem &p,
+                               const LazyAdamQuantTensors &t, float lr, const RunContext &ctx,
+                               LazyAdamQuantStats *stats) {
+  LazyAdamQuantStats &st = *stats;
+  StageTimer &timer = *ctx.timer;
+  const int threads = ctx.threads;
+  const int64_t n = p.n, rows = p.rows;
+
+  // ---- check: both maps, read once; then every index ----
+  alignas(64) float maps[2][kQuantMapSize];
+  read_map(t.qmap_m, maps[0]);
+  read_map(t.qmap_v, maps[1]);
+  FUSEKIT_RETURN_IF_ERROR(check_map(maps[0], "qmapM"));
+  FUSEKIT_RETURN_IF_ERROR(check_map(maps[1], "qmapV"));
+  if (n == 0) {
+    timer.stage("check");
+    return Status::Ok();
+  }
+  const bool with_lut = kernel.reads_tables && lazy_adam_quant_wants_table(p);
+  const WorkspaceLayout w = layout_for(p, threads, with_lut);
+  char *base = ctx.workspace;
+  RowEntries e;
+  FUSEKIT_RETURN_IF_ERROR(row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e));
+  timer.stage("check");
+  st.indices_padding = e.padding;
+  // Rows of no columns: the maps and indices were checked, there is nothing to update.
+  if (p.d == 0) return Status::Ok();
+
+  // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
+  TableCache *cache = thread_cache();
+  if (cache == nullptr) cache = ::new (base + w.fallback) TableCache;
+  bool built = false;
+  for (int r = 0; r < 2; ++r) {
+    if (cache->valid[r] &&
+        std::memcmp(cache->search[r], maps[r], kQuantMapSize * sizeof(float)) == 0) {
+      continue;
+    }
+    build_quant_search(maps[r], 1, r == 0, cache->search[r], &cache->tables[r]);
+    cache->valid[r] = true;
+    cache->prepared_by = nullptr;
+    built = true;
+  }
+  if (kernel.prepare != nullptr && cache->prepared_by != kernel.prepare) {
+    kernel.prepare(cache->tables[0], cache->tables[1], cache->prepared);
+    cache->prepared_by = kernel.prepare;
+    built = true;
+  }
+  LazyAdamQuantRowsArgs a;
+  a.map_m = cache->tables[0];
+  a.map_v = cache->tables[1];
+  a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
+  if (with_lut) {
+    build_quant_lut(&a.map_m, base + w.lut);
+    build_quant_lut(&a.map_v, base + w.lut + quant_lut_bytes());
+    built = true;
+  }
+  timer.stage(built ? "tables" : "tables(cached)");
+
+  // ---- group: only when some row is named twice ----
+  row_groups_group(rows, base, w.groups, threads, &e);
+  timer.stage(e.duplicates ? "group" : "group(none)");
+
+  // ---- update ----
+  a.grad = t.gradient.data;
+  a.grad_stride = t.gradient.strides[0];
+  a.grad_dtype = t.gradient.dtype;
+  a.var = t.var.data;
+  a.var_stride = t.var.strides[0];
+  a.dtype = t.var.dtype;
+  a.m = t.m.as<uint8_t>();
+  a.m_stride = t.m.strides[0];
+  a.v = t.v.as<uint8_t>();
+  a.v_stride = t.v.strides[0];
+  a.absmax_m = t.absmax_m.as<float>();
+  a.absmax_m_stride = t.absmax_m.strides[0];
+  a.absmax_v = t.absmax_v.as<float>();
+  a.absmax_v_stride = t.absmax_v.strides[0];
+  a.dim = p.d;
+  a.blocks = p.blocks;
+  a.beta1 = p.beta1;
+  a.beta2 = p.beta2;
+  a.one_minus_beta1 = 1.0f - p.beta1;
+  a.one_minus_beta2 = 1.0f - p.beta2;
+  a.epsilon = p.epsilon;
+  a.neg_lr = -lr;
+  a.entries = e.entries;
+  a.row_limit = static_cast<uint64_t>(rows);
+  a.prefetch_ahead = kernel.prefetch_ahead;
+
+  char *scratch_base = base + w.scratch;
+  int64_t skipped = 0;
+  const int64_t rows_distinct =
+      for_each_row_chunk(e, threads, &skipped, [&](int64_t b, int64_t en, int worker) {
+        return kernel.rows(a, b, en,
+                           scratch_base + w.scratch_per_thread * static_cast<size_t>(worker));
+      });
+  st.rows_skipped_nonfinite = skipped;
+  st.rows_updated = rows_distinct - skipped;
+  timer.stage("update");
+  return Status::Ok();
+}
+
+}  // namespace fusekit

@@ -1,0 +1,256 @@
+// LazyAdamQuant, the cpu_hwy implementation's kernel: Highway SIMD over the columns of a row,
+// compiled for every x86 target Highway builds and dispatched at run time. Per touched row: the
+// gradient rows summed in order of occurrence (float32), then per block of 256 columns the
+// dequantization (a gather from the 256-float map), LazyAdam's update, the new m, v and var kept
+// in the thread's scratch with the block maxima (and var's largest magnitude); then the row's
+// guard; then var stored and the codes (the nearest-code searches of common/quant_codes_hwy-inl.h,
+// ApplyAdamWQuant's). Prefetches the gradient, var, code and absmax rows of the entry a few ahead.
+// The same float32 operations in the same order as the reference kernel (no FMA): bitwise equal.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "lazy_adam_quant/lazy_adam_quant_hwy.cc"
+#include <hwy/cache_control.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "common/adam_update.h"
+#include "common/hwy_dispatch.h"
+#include "common/hwy_dtype-inl.h"
+#include "common/quant_codes_hwy-inl.h"
+#include "fusekit/float16.h"
+#include "lazy_adam_quant/lazy_adam_quant_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fusekit::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {
+
+HWY_INLINE void PrefetchBytes(const void *p, int64_t bytes) {
+  const auto *b = static_cast<const char *>(p);
+  for (int64_t off = 0; off < bytes; off += 64) hwy::Prefetch(b + off);
+  hwy::Prefetch(b + bytes - 1);
+}
+
+// The guard of a row's block, as ApplyAdamWQuant's GuardedBlock: the reference's check (every new
+// m, v and var finite as stored) from var's largest magnitude bits and the block maxima. A NaN m or
+// v makes its var NaN (m * -lr; sqrt(v)), which var_ok catches; an infinite m or v makes its
+// maximum +Inf (Max keeps +Inf and may drop NaN lanes, which var_ok has caught). v >= 0 (|.|).
+HWY_INLINE bool GuardedBlock(bool var_ok, float max_m, float max_v) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  return var_ok && max_m < kInf && max_v < kInf;
+}
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadGrad(DF df, const float *p) {
+  return hn::LoadU(df, p);
+}
+
+// The row's gradient in float32 into g: the first occurrence widened, then each later one added in
+// order (the reference's sum, operation for operation).
+template <typename G>
+void SumGradient(const LazyAdamQuantRowsArgs &a, int64_t k, int64_t next, float *g) {
+  const hn::ScalableTag<float> df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t D = a.dim, vec = D / N * N;
+  auto row = [&](int64_t q) {
+    return static_cast<const G *>(a.grad) +
+           static_cast<int64_t>(a.entries[q] & 0xffffffffu) * a.grad_stride;
+  };
+  const G *g0 = row(k);
+  int64_t j = 0;
+  for (; j < vec; j += N) hn::StoreU(LoadWide(df, g0 + j), df, g + j);
+  for (; j < D; ++j) g[j] = to_float(g0[j]);
+  for (int64_t q = k + 1; q < next; ++q) {
+    const G *h = row(q);
+    for (j = 0; j < vec; j += N) {
+      hn::StoreU(hn::Add(hn::LoadU(df, g + j), LoadWide(df, h + j)), df, g + j);
+    }
+    for (; j < D; ++j) g[j] = g[j] + to_float(h[j]);
+  }
+}
+
+template <typename T, typename G>
+int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch_mem) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const LaqScratch s = laq_scratch(scratch_mem, a.dim);
+  const int64_t D = a.dim, ahead = a.prefetch_ahead;
+  const auto zero = hn::Zero(df);
+  const auto b1 = hn::Set(df, a.beta1), b2 = hn::Set(df, a.beta2);
+  const auto omb1 = hn::Set(df, a.one_minus_beta1), omb2 = hn::Set(df, a.one_minus_beta2);
+  const auto eps = hn::Set(df, a.epsilon), neg_lr = hn::Set(df, a.neg_lr);
+  const auto magnitude = hn::Set(di, 0x7fffffff);
+  const auto var_limit = hn::Set(di, static_cast<int32_t>(adam_stored_finite_limit<T>()));
+  int64_t skipped = 0;
+  int64_t k = begin;
+  while (k < end) {
+    if (k + ahead < end) {
+      const uint64_t e = a.entries[k + ahead];
+      const auto r = static_cast<int64_t>(e >> 32);
+      if (e >> 32 < a.row_limit) {
+        PrefetchBytes(
+            static_cast<const G *>(a.grad) + static_cast<int64_t>(e & 0xffffffffu) * a.grad_stride,
+            D * static_cast<int64_t>(sizeof(G)));
+        PrefetchBytes(static_cast<const T *>(a.var) + r * a.var_stride,
+                      D * static_cast<int64_t>(sizeof(T)));
+        PrefetchBytes(a.m + r * a.m_stride, D);
+        PrefetchBytes(a.v + r * a.v_stride, D);
+        PrefetchBytes(a.absmax_m + r * a.absmax_m_stride, a.blocks * 4);
+        PrefetchBytes(a.absmax_v + r * a.absmax_v_stride, a.blocks * 4);
+      }
+    }
+    const uint64_t row = a.entries[k] >> 32;
+    int64_t next = k + 1;
+    while (next < end && (a.entries[next] >> 32) == row) ++next;
+    if (row >= a.row_limit) {  // padding
+      k = next;
+      continue;
+    }
+    const float *g = s.g;
+    if constexpr (sizeof(G) == 4) {
+      if (next == k + 1) {  // one float32 gradient row: read where it is
+        g = static_cast<const float *>(a.grad) +
+            static_cast<int64_t>(a.entries[k] & 0xffffffffu) * a.grad_stride;
+      } else {
+        SumGradient<G>(a, k, next, s.g);
+      }
+    } else {
+      SumGradient<G>(a, k, next, s.g);
+    }
+    k = next;
+    const auto r = static_cast<int64_t>(row);
+    T *var = static_cast<T *>(a.var) + r * a.var_stride;
+    uint8_t *mc = a.m + r * a.m_stride;
+    uint8_t *vc = a.v + r * a.v_stride;
+    float *absmax_m = a.absmax_m + r * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + r * a.absmax_v_stride;
+
+    // (1) Per block: dequantize, update into the scratch, the maxima; nothing is stored yet.
+    bool row_ok = true;
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
+      const int64_t vec_len = len / N * N;
+      const float scale_m = absmax_m[b], scale_v = absmax_v[b];
+      const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+      auto acc_m = zero, acc_v = zero;
+      auto acc_w = hn::Zero(di);
+      for (int64_t j = lo; j < lo + vec_len; j += N) {
+        const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
+        const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
+        const auto gj = LoadGrad(df, g + j);
+        const auto m =
+            hn::Add(hn::Mul(hn::Mul(hn::GatherIndex(df, a.map_m.q, mcode), vscale_m), b1),
+                    hn::Mul(gj, omb1));
+        const auto v =
+            hn::Abs(hn::Add(hn::Mul(hn::Mul(hn::GatherIndex(df, a.map_v.q, vcode), vscale_v), b2),
+                            hn::Mul(hn::Mul(gj, gj), omb2)));
+        const auto w =
+            hn::Add(LoadWide(df, var + j), hn::Div(hn::Mul(m, neg_lr), hn::Add(hn::Sqrt(v), eps)));
+        hn::StoreU(m, df, s.m + j);
+        hn::StoreU(v, df, s.v + j);
+        hn::StoreU(w, df, s.w + j);
+        acc_m = hn::Max(hn::Abs(m), acc_m);
+        acc_v = hn::Max(v, acc_v);
+        acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
+      }
+      float max_m = 0.0f, max_v = 0.0f;
+      bool var_ok = true;
+      if (vec_len > 0) {
+        max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
+        max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+        var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
+      }
+      for (int64_t j = lo + vec_len; j < lo + len; ++j) {
+        const float gj = g[j];
+        const float m = a.map_m.q[mc[j]] * scale_m * a.beta1 + gj * a.one_minus_beta1;
+        const float v =
+            std::fabs(a.map_v.q[vc[j]] * scale_v * a.beta2 + (gj * gj) * a.one_minus_beta2);
+        const float w = to_float(var[j]) + (m * a.neg_lr) / (std::sqrt(v) + a.epsilon);
+        var_ok = var_ok && adam_produced_finite<T>(m, v, w);
+        s.m[j] = m;
+        s.v[j] = v;
+        s.w[j] = w;
+        max_m = std::max(max_m, std::fabs(m));
+        max_v = std::max(max_v, v);
+      }
+      s.max_m[b] = max_m;
+      s.max_v[b] = max_v;
+      row_ok = row_ok && GuardedBlock(var_ok, max_m, max_v);
+    }
+    // (2) The guard: the whole row, or nothing.
+    if (!row_ok) {
+      ++skipped;
+      continue;
+    }
+    // (3) Per block: var, absmax, the codes.
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
+      const int64_t vec_len = len / N * N;
+      const float max_m = s.max_m[b] + 0.0f, max_v = s.max_v[b] + 0.0f;
+      absmax_m[b] = max_m;
+      absmax_v[b] = max_v;
+      const float div_m = max_m == 0.0f ? 1.0f : max_m;
+      const float div_v = max_v == 0.0f ? 1.0f : max_v;
+      const auto vdiv_m = hn::Set(df, div_m), vdiv_v = hn::Set(df, div_v);
+      const bool recip_m = recip_ok(a.map_m, div_m), recip_v = recip_ok(a.map_v, div_v);
+      const auto vrecip_m = hn::Set(df, 1.0f / div_m), vrecip_v = hn::Set(df, 1.0f / div_v);
+      for (int64_t j = lo; j < lo + vec_len; j += N) {
+        StoreNarrow(df, hn::LoadU(df, s.w + j), var + j);
+        const auto cm = BlockCodes(df, a.map_m, hn::LoadU(df, s.m + j), vdiv_m, recip_m, vrecip_m);
+        const auto cv = BlockCodes(df, a.map_v, hn::LoadU(df, s.v + j), vdiv_v, recip_v, vrecip_v);
+        hn::StoreU(hn::DemoteTo(d8, cm), d8, mc + j);
+        hn::StoreU(hn::DemoteTo(d8, cv), d8, vc + j);
+      }
+      for (int64_t j = lo + vec_len; j < lo + len; ++j) {
+        var[j] = from_float<T>(s.w[j]);
+        mc[j] = quant_code_reference(a.map_m, s.m[j] / div_m);
+        vc[j] = quant_code_reference(a.map_v, s.v[j] / div_v);
+      }
+    }
+  }
+  return skipped;
+}
+
+int64_t LazyAdamQuantRows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
+                          void *scratch) {
+  const bool f32_grad = a.grad_dtype == DType::kFloat32;
+  switch (a.dtype) {
+    case DType::kFloat16:
+      return f32_grad ? Rows<float16_t, float>(a, begin, end, scratch)
+                      : Rows<float16_t, float16_t>(a, begin, end, scratch);
+    case DType::kBFloat16:
+      return f32_grad ? Rows<bfloat16_t, float>(a, begin, end, scratch)
+                      : Rows<bfloat16_t, bfloat16_t>(a, begin, end, scratch);
+    default:
+      return Rows<float, float>(a, begin, end, scratch);
+  }
+}
+
+const char *TargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
+
+}  // namespace
+}  // namespace fusekit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fusekit {
+HWY_EXPORT(LazyAdamQuantRows);
+HWY_EXPORT(TargetName);
+
+// Looked up on each call (one table read) so that tests can switch targets.
+LazyAdamQuantRowsFn lazy_adam_quant_rows_hwy() {
+  return FUSEKIT_HWY_DISPATCH(LazyAdamQuantRows);
+}
+const char *lazy_adam_quant_hwy_target() {
+  return FUSEKIT_HWY_DISPATCH(TargetName)();
+}
+
+}  // namespace fusekit
+#endif  // HWY_ONCE

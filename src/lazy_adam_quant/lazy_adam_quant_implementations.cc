@@ -1,0 +1,90 @@
+// LazyAdamQuant's implementations, in the order a plan tries them. A new backend adds its entry
+// here (a CUDA implementation: an entry under FUSEKIT_HAVE_CUDA, defined in its own file).
+#include <algorithm>
+#include <cstdlib>
+
+#include "lazy_adam_quant/lazy_adam_quant_impl.h"
+
+namespace fusekit {
+namespace {
+
+const char *cpu_why_not(const LazyAdamQuantProblem &p) {
+  const LazyAdamQuantTensors &t = p.desc;
+  return cpu_only({&t.gradient, &t.indices, &t.m, &t.v, &t.var, &t.qmap_m, &t.qmap_v, &t.absmax_m,
+                   &t.absmax_v});
+}
+
+// Entries in flight: enough ahead to cover memory latency, few enough that the prefetched lines
+// (six rows per entry: gradient, var, two code rows, two absmax rows) stay within what the core
+// can track; LazyAdam's rule on the bytes of the gradient and var rows.
+int64_t prefetch_ahead(const LazyAdamQuantProblem &p) {
+  static const int64_t forced = [] {
+    const char *e = std::getenv("FUSEKIT_LAZY_ADAM_QUANT_PREFETCH");  // for tuning runs only
+    return e != nullptr ? std::atoll(e) : 0;
+  }();
+  if (forced > 0) return forced;
+  const auto row_bytes =
+      static_cast<int64_t>(dtype_size(p.desc.var.dtype)) * std::max<int64_t>(p.d, 1);
+  return std::clamp<int64_t>(2048 / row_bytes, 2, 16);
+}
+
+// ---- cpu_avx512vbmi: maps and searches in registers, no gathers ----
+const char *vbmi_why_not(const LazyAdamQuantProblem &p) {
+  if (const char *why = cpu_why_not(p); why != nullptr) return why;
+  return lazy_adam_quant_avx512vbmi_why_not();
+}
+const char *vbmi_target() {
+  return "AVX512VBMI";
+}
+size_t vbmi_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
+  return lazy_adam_quant_cpu_workspace_bytes(p, threads, false);
+}
+Status vbmi_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
+                const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *st) {
+  const LazyAdamQuantCpuKernel k{lazy_adam_quant_rows_avx512vbmi(), false,
+                                 &lazy_adam_quant_prepare_avx512vbmi, prefetch_ahead(p)};
+  return lazy_adam_quant_cpu_run(k, p, t, s.lr, ctx, st);
+}
+
+// ---- cpu_hwy: the Highway kernel, dispatched to the best target of this CPU ----
+const char *hwy_target() {
+  return lazy_adam_quant_hwy_target();
+}
+size_t hwy_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
+  return lazy_adam_quant_cpu_workspace_bytes(p, threads, lazy_adam_quant_wants_table(p));
+}
+Status hwy_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
+               const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *st) {
+  const LazyAdamQuantCpuKernel k{lazy_adam_quant_rows_hwy(), true, nullptr, prefetch_ahead(p)};
+  return lazy_adam_quant_cpu_run(k, p, t, s.lr, ctx, st);
+}
+
+// ---- cpu_reference: the plain scalar kernel, the fallback and the test oracle's twin ----
+const char *scalar_target() {
+  return "scalar";
+}
+size_t reference_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
+  return lazy_adam_quant_cpu_workspace_bytes(p, threads, false);
+}
+Status reference_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
+                     const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *st) {
+  const LazyAdamQuantCpuKernel k{&lazy_adam_quant_rows_reference, false, nullptr, 0};
+  return lazy_adam_quant_cpu_run(k, p, t, s.lr, ctx, st);
+}
+
+constexpr LazyAdamQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,
+                                           vbmi_workspace_bytes, vbmi_run};
+constexpr LazyAdamQuantImpl kCpuHwy{"cpu_hwy", cpu_why_not, hwy_target, hwy_workspace_bytes,
+                                    hwy_run};
+constexpr LazyAdamQuantImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
+                                          reference_workspace_bytes, reference_run};
+
+constexpr const LazyAdamQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuReference};
+
+}  // namespace
+
+std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_impls() {
+  return kImpls;
+}
+
+}  // namespace fusekit

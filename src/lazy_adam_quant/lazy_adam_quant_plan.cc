@@ -1,0 +1,307 @@
+// LazyAdamQuant, the C++ API: the problem is validated once, a plan picks an implementation from
+// the list and books its workspace, and each run binds tensors and lr, then runs the
+// implementation (whose stages do the per-step data work: lazy_adam_quant_cpu.cc).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "common/implementation.h"
+#include "common/str_cat.h"
+#include "common/verbose.h"
+#include "fusekit/lazy_adam_quant.h"
+#include "fusekit/threading.h"
+#include "lazy_adam_quant/lazy_adam_quant_impl.h"
+
+namespace fusekit {
+namespace {
+
+constexpr const char *kOp = "LazyAdamQuant";
+
+// The argument names of the aclnn call, in the order of LazyAdamQuantTensors.
+constexpr const char *kNames[9] = {"gradient", "indices", "inputM",  "inputV", "inputVar",
+                                   "qmapM",    "qmapV",   "absmaxM", "absmaxV"};
+enum { kGrad, kIdx, kM, kV, kVar, kQm, kQv, kAm, kAv };
+
+std::array<const TensorView *, 9> all_of(const LazyAdamQuantTensors &t) {
+  return {&t.gradient, &t.indices, &t.m,        &t.v,       &t.var,
+          &t.qmap_m,   &t.qmap_v,  &t.absmax_m, &t.absmax_v};
+}
+
+bool is_float_type(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+// A 2-D table (or gradient): its dtype, a contiguous last dimension, a row stride >= 0, sizes
+// within 64 bits; `written`: two of its rows must not share elements.
+Status check_matrix(const TensorView &t, const char *name, bool written) {
+  if (t.ndim != 2) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " must be 2-D, got shape ", t.shape_string()));
+  }
+  if (t.shape[0] < 0 || t.shape[1] < 0) {
+    return Status::Invalid(
+        str_cat(kOp, ": ", name, " has a negative size in shape ", t.shape_string()));
+  }
+  if (!t.inner_contiguous()) {
+    return Status::Invalid(str_cat(kOp, ": ", name,
+                                   " must have a contiguous last dimension, got strides [",
+                                   t.strides[0], ", ", t.strides[1], "]"));
+  }
+  if (t.strides[0] < 0) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
+  }
+  int64_t extent = 0;
+  if (__builtin_mul_overflow(t.shape[0], std::max<int64_t>(t.strides[0], t.shape[1]), &extent) ||
+      __builtin_mul_overflow(extent, static_cast<int64_t>(std::max<size_t>(dtype_size(t.dtype), 1)),
+                             &extent)) {
+    return Status::Invalid(
+        str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+  }
+  if (written && t.shape[0] > 1 && t.shape[1] > 0 && t.strides[0] < t.shape[1]) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " has row stride ", t.strides[0], " < ",
+                                   t.shape[1], " columns: its rows overlap"));
+  }
+  return Status::Ok();
+}
+
+Status check_map_view(const TensorView &q, const char *name) {
+  if (q.dtype != DType::kFloat32 || q.ndim != 1 || q.shape[0] != kQuantMapSize) {
+    return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [256], got ",
+                                   dtype_name(q.dtype), " ", q.shape_string()));
+  }
+  return Status::Ok();
+}
+
+TensorView without_data(TensorView t) {
+  t.data = nullptr;
+  return t;
+}
+
+}  // namespace
+
+Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
+                                  const LazyAdamQuantOptions &options, LazyAdamQuantProblem *out) {
+  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
+  const TensorView &var = t.var, &grad = t.gradient, &m = t.m, &v = t.v, &indices = t.indices;
+  if (!is_float_type(var.dtype)) {
+    return Status::Invalid(str_cat(kOp, ": inputVar has dtype ", dtype_name(var.dtype),
+                                   "; float32, float16 or bfloat16 is required"));
+  }
+  if (grad.dtype != var.dtype && grad.dtype != DType::kFloat32) {
+    return Status::Invalid(str_cat(kOp, ": gradient has dtype ", dtype_name(grad.dtype),
+                                   " but inputVar has ", dtype_name(var.dtype),
+                                   "; the gradient must be inputVar's dtype or float32"));
+  }
+  for (const auto &[x, name] : {std::pair{&m, "inputM"}, std::pair{&v, "inputV"}}) {
+    if (x->dtype != DType::kUInt8) {
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, " has dtype ", dtype_name(x->dtype), "; uint8 is required"));
+    }
+  }
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(grad, "gradient", false));
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(m, "inputM", true));
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(v, "inputV", true));
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(var, "inputVar", true));
+  if (m.shape[0] != var.shape[0] || m.shape[1] != var.shape[1] || v.shape[0] != var.shape[0] ||
+      v.shape[1] != var.shape[1]) {
+    return Status::Invalid(str_cat(kOp, ": inputM ", m.shape_string(), ", inputV ",
+                                   v.shape_string(), " and inputVar ", var.shape_string(),
+                                   " must have the same shape"));
+  }
+  if (indices.dtype != DType::kInt32 && indices.dtype != DType::kInt64) {
+    return Status::Invalid(str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype),
+                                   "; int32 or int64 is required"));
+  }
+  if (!(indices.ndim == 1 || (indices.ndim == 2 && indices.shape[1] == 1)) ||
+      indices.shape[0] < 0) {
+    return Status::Invalid(
+        str_cat(kOp, ": indices must have shape [N] or [N, 1], got ", indices.shape_string()));
+  }
+  const int64_t n = indices.shape[0];
+  if (grad.shape[0] != n) {
+    return Status::Invalid(str_cat(kOp, ": gradient has ", grad.shape[0], " rows but indices has ",
+                                   n, " entries (gradient ", grad.shape_string(), ", indices ",
+                                   indices.shape_string(), ")"));
+  }
+  if (grad.shape[1] != var.shape[1]) {
+    return Status::Invalid(str_cat(kOp, ": gradient has ", grad.shape[1],
+                                   " columns but the table has ", var.shape[1], " (gradient ",
+                                   grad.shape_string(), ", inputVar ", var.shape_string(), ")"));
+  }
+  const int64_t rows = var.shape[0], d = var.shape[1];
+  if (n > int64_t{std::numeric_limits<uint32_t>::max()} ||
+      rows >= int64_t{std::numeric_limits<uint32_t>::max()}) {
+    return Status::Invalid(
+        str_cat(kOp, ": ", n, " indices into ", rows,
+                " rows exceeds this implementation's limit of 2^32 - 1 of each"));
+  }
+  const int64_t blocks = (d + kLazyAdamQuantBlockSize - 1) / kLazyAdamQuantBlockSize;
+  for (const auto &[x, name] :
+       {std::pair{&t.absmax_m, "absmaxM"}, std::pair{&t.absmax_v, "absmaxV"}}) {
+    if (x->dtype != DType::kFloat32 || x->ndim != 2 || x->shape[0] != rows ||
+        x->shape[1] != blocks) {
+      return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [", rows, ", ", blocks,
+                                     "] (a row per table row, ceil(", d,
+                                     " / 256) blocks per row), got ", dtype_name(x->dtype), " ",
+                                     x->shape_string()));
+    }
+    FUSEKIT_RETURN_IF_ERROR(check_matrix(*x, name, true));
+  }
+  FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_m, "qmapM"));
+  FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_v, "qmapV"));
+  // LazyAdam's rule: a beta is checked as the kernel uses it, in float32, so that 1 - 1e-9 (which
+  // rounds to 1.0f and would freeze m or v) is refused.
+  for (const auto &[value, name] : {std::pair{options.beta1, "beta1"}, {options.beta2, "beta2"}}) {
+    if (!(value >= 0.0 && static_cast<float>(value) < 1.0f)) {
+      return Status::Invalid(
+          str_cat(kOp, ": ", name, " = ", value, " must be in [0, 1) in float32"));
+    }
+  }
+  if (!(std::isfinite(options.epsilon) && options.epsilon > 0.0 &&
+        static_cast<float>(options.epsilon) > 0.0f &&
+        std::isfinite(static_cast<float>(options.epsilon)))) {
+    return Status::Invalid(
+        str_cat(kOp, ": epsilon = ", options.epsilon, " must be finite and > 0 in float32"));
+  }
+  LazyAdamQuantProblem p;
+  p.desc = {without_data(grad),     without_data(indices),    without_data(m),
+            without_data(v),        without_data(var),        without_data(t.qmap_m),
+            without_data(t.qmap_v), without_data(t.absmax_m), without_data(t.absmax_v)};
+  p.n = n;
+  p.d = d;
+  p.rows = rows;
+  p.blocks = blocks;
+  p.beta1 = static_cast<float>(options.beta1);
+  p.beta2 = static_cast<float>(options.beta2);
+  p.epsilon = static_cast<float>(options.epsilon);
+  p.search = options.search;
+  *out = p;
+  return Status::Ok();
+}
+
+Status LazyAdamQuantProblem::check(const LazyAdamQuantTensors &t) const {
+  const auto planned = all_of(desc);
+  const auto bound = all_of(t);
+  for (size_t i = 0; i < 9; ++i) {
+    FUSEKIT_RETURN_IF_ERROR(check_binding(kOp, kNames[i], *planned[i], *bound[i]));
+    // The maps are read even when there is nothing to update (phase two checks them).
+    const bool needed = i == kQm || i == kQv || bound[i]->numel() > 0;
+    if (bound[i]->data == nullptr && needed) {
+      return Status::NullPointer(str_cat(kOp, ": ", kNames[i], " has no data"));
+    }
+  }
+  // The written tensors (m, v, var, absmax_m, absmax_v): no memory shared with any other argument.
+  constexpr size_t kOuts[5] = {kM, kV, kVar, kAm, kAv};
+  constexpr size_t kOthers[9] = {kM, kV, kVar, kAm, kAv, kGrad, kIdx, kQm, kQv};
+  for (size_t i = 0; i < 5; ++i) {
+    for (size_t j = i + 1; j < 9; ++j) {
+      if (bound[kOuts[i]]->overlaps(*bound[kOthers[j]])) {
+        return Status::Invalid(str_cat(kOp, ": ", kNames[kOuts[i]], " and ", kNames[kOthers[j]],
+                                       " overlap in memory"));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> LazyAdamQuant::implementations() {
+  return implementation_names(lazy_adam_quant_impls());
+}
+
+Status LazyAdamQuant::plan(const LazyAdamQuantProblem &problem, const LazyAdamQuantOptions &options,
+                           LazyAdamQuant *out) {
+  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
+  LazyAdamQuant p;
+  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, lazy_adam_quant_impls(), problem,
+                                                options.kernel, options.implementation, &p.impl_));
+  p.problem_ = problem;
+  p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
+  p.workspace_bytes_ = p.impl_->workspace_bytes(problem, p.threads_);
+  *out = p;
+  return Status::Ok();
+}
+
+Status LazyAdamQuant::plan(const LazyAdamQuantTensors &tensors, const LazyAdamQuantOptions &options,
+                           LazyAdamQuant *out) {
+  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
+  LazyAdamQuantProblem problem;
+  FUSEKIT_RETURN_IF_ERROR(LazyAdamQuantProblem::make(tensors, options, &problem));
+  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
+  LazyAdamQuant p;
+  FUSEKIT_RETURN_IF_ERROR(plan(problem, options, &p));
+  p.bound_ = tensors;
+  p.has_bound_ = true;
+  *out = p;
+  return Status::Ok();
+}
+
+const char *LazyAdamQuant::implementation() const {
+  return impl_ != nullptr ? impl_->name : "none";
+}
+
+Status LazyAdamQuant::run(const LazyAdamQuantTensors &tensors, const LazyAdamQuantScalars &scalars,
+                          void *workspace, size_t workspace_size, LazyAdamQuantStats *stats,
+                          StreamHandle stream) const {
+  LazyAdamQuantStats local;
+  LazyAdamQuantStats &st = stats != nullptr ? *stats : local;
+  st = LazyAdamQuantStats();
+  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
+  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
+  LazyAdamQuantScalars s = scalars;
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "lr", s.lr_tensor, DType::kFloat32, &s.lr));
+  if (!std::isfinite(s.lr)) {
+    return Status::Invalid(str_cat(kOp, ": lr = ", s.lr, " is not finite; nothing was modified"));
+  }
+  RunContext ctx;
+  FUSEKIT_RETURN_IF_ERROR(
+      aligned_workspace(kOp, workspace, workspace_size, workspace_bytes_, &ctx.workspace));
+  ctx.workspace_size = workspace_bytes_;
+  ctx.threads = threads_;
+  ctx.stream = stream;
+  StageTimer timer;
+  ctx.timer = &timer;
+  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
+  if (timer.on()) {
+    verbose_print(str_cat(kOp, ",N=", problem_.n, ",R=", problem_.rows, ",D=", problem_.d,
+                          ",dtype=", dtype_name(problem_.desc.var.dtype),
+                          ",grad=", dtype_name(problem_.desc.gradient.dtype),
+                          ",index=", dtype_name(problem_.desc.indices.dtype), ",impl=", impl_->name,
+                          ",isa=", impl_->target(), ",threads=", threads_,
+                          ",rows=", st.rows_updated, ",skipped=", st.rows_skipped_nonfinite, ",",
+                          timer.fields()));
+  }
+  return Status::Ok();
+}
+
+Status LazyAdamQuant::run(float lr, void *workspace, size_t workspace_size,
+                          LazyAdamQuantStats *stats) const {
+  if (!has_bound_) {
+    if (stats != nullptr) *stats = LazyAdamQuantStats();
+    return Status::Invalid(
+        str_cat(kOp, ": run(lr, ...) needs a plan made from tensors; pass the tensors to run()"));
+  }
+  LazyAdamQuantScalars s;
+  s.lr = lr;
+  return run(bound_, s, workspace, workspace_size, stats);
+}
+
+Status lazy_adam_quant_step(const LazyAdamQuantTensors &tensors, float lr,
+                            const LazyAdamQuantOptions &options, LazyAdamQuantStats *stats) {
+  LazyAdamQuant plan;
+  FUSEKIT_RETURN_IF_ERROR(LazyAdamQuant::plan(tensors, options, &plan));
+  std::unique_ptr<char[]> workspace;
+  if (plan.workspace_size() > 0) {
+    workspace.reset(new (std::nothrow) char[plan.workspace_size()]);
+    if (!workspace) {
+      return Status::Runtime(
+          str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
+    }
+  }
+  return plan.run(lr, workspace.get(), plan.workspace_size(), stats);
+}
+
+}  // namespace fusekit
