@@ -434,3 +434,11 @@ def test_lazy_adam_quant_equals_golden(d, impl):
     for got, exp in zip((m, v, var, am, av), want[:5]):
         np.testing.assert_array_equal(got, exp)  # untouched rows included: bitwise unchanged
     assert st.rows_updated == len(np.unique(idx[idx >= 0])) and st.rows_skipped_nonfinite == 0
+
+
+def test_core_package_does_not_import_torch():
+    import subprocess
+    import sys
+    code = "import sys, fusekit; fusekit.create_dynamic_map(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
