@@ -307,6 +307,29 @@ const char *implementation_name(const std::optional<std::string> &s) {
 
 // --- the operators -----------------------------------------------------------------------------
 
+// The seam every function below goes through: make the problem, plan it, and run the plan once on
+// the same tensors with the GIL released. `run(plan, workspace, bytes, &stats)` calls the plan's
+// run() with the operator's scalars; the workspace (per calling thread) is taken before the GIL is
+// released, since growing it may raise.
+template <class Problem, class Plan, class Stats, class Tensors, class Options, class Run>
+Stats plan_and_run(const Tensors &t, const Options &o, Run &&run) {
+  Problem problem;
+  Plan plan;
+  check(Problem::make(t, o, &problem));
+  check(Plan::plan(problem, o, &plan));
+  size_t bytes = 0;
+  if constexpr (requires { plan.workspace_size(); }) bytes = plan.workspace_size();
+  void *ws = workspace(bytes);
+  Stats stats;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = run(plan, ws, bytes, &stats);
+  }
+  check(s);
+  return stats;
+}
+
 LazyAdamStats lazy_adam(nb::handle gradient, nb::handle indices, nb::handle m, nb::handle v,
                         nb::handle var, double lr, double beta1, double beta2, double epsilon,
                         int num_threads, const std::optional<std::string> &implementation) {
@@ -320,20 +343,10 @@ LazyAdamStats lazy_adam(nb::handle gradient, nb::handle indices, nb::handle m, n
   o.epsilon = epsilon;
   o.num_threads = num_threads;
   o.implementation = implementation_name(implementation);
-  LazyAdamProblem problem;
-  LazyAdam plan;
-  check(LazyAdamProblem::make(t, o, &problem));
-  check(LazyAdam::plan(problem, o, &plan));
-  void *ws = workspace(plan.workspace_size());
-  LazyAdamStats stats;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, plan.workspace_size(),
-                 &stats);
-  }
-  check(s);
-  return stats;
+  return plan_and_run<LazyAdamProblem, LazyAdam, LazyAdamStats>(
+      t, o, [&](const LazyAdam &plan, void *ws, size_t bytes, LazyAdamStats *stats) {
+        return plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, bytes, stats);
+      });
 }
 
 LazyAdamQuantStats lazy_adam_quant(nb::handle gradient, nb::handle indices, nb::handle m,
@@ -358,20 +371,10 @@ LazyAdamQuantStats lazy_adam_quant(nb::handle gradient, nb::handle indices, nb::
   o.epsilon = epsilon;
   o.num_threads = num_threads;
   o.implementation = implementation_name(implementation);
-  LazyAdamQuantProblem problem;
-  LazyAdamQuant plan;
-  check(LazyAdamQuantProblem::make(t, o, &problem));
-  check(LazyAdamQuant::plan(problem, o, &plan));
-  void *ws = workspace(plan.workspace_size());
-  LazyAdamQuantStats stats;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, plan.workspace_size(),
-                 &stats);
-  }
-  check(s);
-  return stats;
+  return plan_and_run<LazyAdamQuantProblem, LazyAdamQuant, LazyAdamQuantStats>(
+      t, o, [&](const LazyAdamQuant &plan, void *ws, size_t bytes, LazyAdamQuantStats *stats) {
+        return plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, bytes, stats);
+      });
 }
 
 AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, int64_t step,
@@ -390,18 +393,10 @@ AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, i
   o.gnorm_scale = gnorm_scale;
   o.num_threads = num_threads;
   o.implementation = implementation_name(implementation);
-  AdamWProblem problem;
-  AdamW plan;
-  check(AdamWProblem::make(t, o, &problem));
-  check(AdamW::plan(problem, o, &plan));
-  AdamWStats stats;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = plan.run(t, {.step = step, .step_tensor = {}}, &stats);
-  }
-  check(s);
-  return stats;
+  return plan_and_run<AdamWProblem, AdamW, AdamWStats>(
+      t, o, [&](const AdamW &plan, void *, size_t, AdamWStats *stats) {  // no workspace
+        return plan.run(t, {.step = step, .step_tensor = {}}, stats);
+      });
 }
 
 ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::handle m, nb::handle v,
@@ -429,19 +424,10 @@ ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::han
   o.block_size = block_size;
   o.num_threads = num_threads;
   o.implementation = implementation_name(implementation);
-  ApplyAdamWQuantProblem problem;
-  ApplyAdamWQuant plan;
-  check(ApplyAdamWQuantProblem::make(t, o, &problem));
-  check(ApplyAdamWQuant::plan(problem, o, &plan));
-  void *ws = workspace(plan.workspace_size());
-  ApplyAdamWQuantStats stats;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = plan.run(t, {.step = step, .step_tensor = {}}, ws, plan.workspace_size(), &stats);
-  }
-  check(s);
-  return stats;
+  return plan_and_run<ApplyAdamWQuantProblem, ApplyAdamWQuant, ApplyAdamWQuantStats>(
+      t, o, [&](const ApplyAdamWQuant &plan, void *ws, size_t bytes, ApplyAdamWQuantStats *stats) {
+        return plan.run(t, {.step = step, .step_tensor = {}}, ws, bytes, stats);
+      });
 }
 
 AddLoraStats add_lora(nb::handle out, nb::handle y, nb::handle x, nb::handle weight_b,
@@ -485,19 +471,10 @@ AddLoraStats add_lora(nb::handle out, nb::handle y, nb::handle x, nb::handle wei
   o.y_slice_size = y_slice_size;
   o.num_threads = num_threads;
   o.implementation = implementation_name(implementation);
-  AddLoraProblem problem;
-  AddLora plan;
-  check(AddLoraProblem::make(t, o, &problem));
-  check(AddLora::plan(problem, o, &plan));
-  void *ws = workspace(plan.workspace_size());
-  AddLoraStats stats;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = plan.run(t, ws, plan.workspace_size(), &stats);
-  }
-  check(s);
-  return stats;
+  return plan_and_run<AddLoraProblem, AddLora, AddLoraStats>(
+      t, o, [&](const AddLora &plan, void *ws, size_t bytes, AddLoraStats *stats) {
+        return plan.run(t, ws, bytes, stats);
+      });
 }
 
 // --- memory ------------------------------------------------------------------------------------
