@@ -296,13 +296,15 @@ class SparseAdam(Optimizer):
             beta1, beta2 = (_as_scalar(b) for b in group["betas"])
             lr = _as_scalar(group["lr"])
             if not math.isfinite(lr):
-                raise ValueError(f"fusekit.torch.SparseAdam: group {gi}: lr = {lr!r} is not finite")
+                raise ValueError(f"{self._OPT_NAME}: group {gi}: lr = {lr!r} is not finite")
             work = [self._prepare(gi, pi, group, p)
                     for pi, p in enumerate(group["params"]) if p.grad is not None]
+            for w in work:
+                self._check_state(w)
             if work:
                 plans.append((gi, group, lr, beta1, beta2, work))
         todo = [w for plan in plans for w in plan[5] if w.indices is not None]
-        if len(todo) > 1 or any(not self.state.get(w.param) for w in todo):
+        if self._needs_index_precheck(todo):
             # The operator checks the indices before it writes, but a later parameter's refusal
             # would come after earlier parameters were stepped, and a first step creates state
             # (and moves the parameter) before the call: then check them all first (one max per
@@ -312,7 +314,7 @@ class SparseAdam(Optimizer):
                 top = int(w.indices.numpy().max())  # NumPy: no thread pool to wake
                 if top >= w.rows:
                     g = self.param_groups[w.group]
-                    raise _error(f"fusekit.torch.SparseAdam: the gradient of "
+                    raise _error(f"{self._OPT_NAME}: the gradient of "
                                  f"{self._name(w.group, w.index, g, w.param)} names row {top} but "
                                  f"the table has {w.rows} rows; nothing was modified")
 
@@ -328,9 +330,7 @@ class SparseAdam(Optimizer):
                     self._homed.add(id(p))
                 state = self.state[p]
                 if len(state) == 0:
-                    state["step"] = 0
-                    state["exp_avg"] = self._new_moment(p)
-                    state["exp_avg_sq"] = self._new_moment(p)
+                    self._init_state(p, state)
                 step = int(state["step"]) + 1
                 if w.indices is None:  # empty gradient: the step counts, nothing moves (torch)
                     state["step"] = step
@@ -340,12 +340,30 @@ class SparseAdam(Optimizer):
                 bias_correction2 = 1 - beta2 ** step
                 step_size = lr * math.sqrt(bias_correction2) / bias_correction1
                 values = -w.values if maximize else w.values
-                st = self._run(w, state, values, step_size, beta1, beta2, eps)
+                st = self._step_param(w, state, values, step_size, beta1, beta2, eps)
                 state["step"] = step
                 stats.append(SparseAdamStats(gi, w.index, st.rows_updated,
                                              st.rows_skipped_nonfinite, st.indices_padding))
         self.last_stats = stats
         return loss
+
+    # ---- what a subclass with another state (SparseAdam8bit) replaces ------------------------------
+    _OPT_NAME = "fusekit.torch.SparseAdam"  # in the messages of step()
+
+    def _check_state(self, w: _Work) -> None:
+        """Phase one: refuse a bad existing state before any parameter is written (the float32
+        state is checked where it is used, in _run)."""
+
+    def _needs_index_precheck(self, todo: List[_Work]) -> bool:
+        return len(todo) > 1 or any(not self.state.get(w.param) for w in todo)
+
+    def _init_state(self, p: torch.Tensor, state) -> None:
+        state["step"] = 0
+        state["exp_avg"] = self._new_moment(p)
+        state["exp_avg_sq"] = self._new_moment(p)
+
+    def _step_param(self, w: _Work, state, values, step_size, beta1, beta2, eps):
+        return self._run(w, state, values, step_size, beta1, beta2, eps)
 
     def _run(self, w: _Work, state, values, step_size, beta1, beta2, eps):
         tensors = [w.param.data, state["exp_avg"], state["exp_avg_sq"]]

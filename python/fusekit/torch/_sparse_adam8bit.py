@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from itertools import chain
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import numpy as np
 import torch
@@ -33,9 +33,8 @@ import torch
 import fusekit
 
 from ._adam8bit import _key
-from ._memory import to_hugepages, zeros_hugepage
-from ._sparse_adam import (_DENSE_MESSAGE, SparseAdam, SparseAdamStats, _as_scalar, _error, _rows,
-                           _Work)
+from ._memory import zeros_hugepage
+from ._sparse_adam import _DENSE_MESSAGE, SparseAdam, _rows, _Work
 
 __all__ = ["SparseAdam8bit"]
 
@@ -334,85 +333,24 @@ class SparseAdam8bit(SparseAdam):
             values = values.contiguous()
         return _Work(gi, pi, p, grad._indices()[0], values, rows, cols)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One optimization step: one fusekit LazyAdamQuant (8-bit state) or LazyAdam (float32
-        state) call per parameter with a gradient.
+    # ---- SparseAdam.step's hooks ----------------------------------------------------------------
+    _OPT_NAME = _NAME
 
-        Everything that can be refused is checked for every parameter before any is written: a
-        refused step raises and modifies no parameter, no state and no step count.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def _needs_index_precheck(self, todo) -> bool:
+        # SparseAdam's rule, and also before a parameter's storage moves to huge pages.
+        return super()._needs_index_precheck(todo) or any(
+            self._hugepages and id(w.param) not in self._homed for w in todo)
 
-        # Phase one: check and prepare every parameter; nothing is written.
-        plans = []
-        for gi, group in enumerate(self.param_groups):
-            self._check_group(gi, group)
-            beta1, beta2 = (_as_scalar(b) for b in group["betas"])
-            lr = _as_scalar(group["lr"])
-            if not math.isfinite(lr):
-                raise ValueError(f"{_NAME}: group {gi}: lr = {lr!r} is not finite")
-            work = [self._prepare(gi, pi, group, p)
-                    for pi, p in enumerate(group["params"]) if p.grad is not None]
-            for w in work:
-                self._check_state(w)
-            if work:
-                plans.append((gi, group, lr, beta1, beta2, work))
-        todo = [w for plan in plans for w in plan[5] if w.indices is not None]
-        if len(todo) > 1 or any(not self.state.get(w.param) or
-                                (self._hugepages and id(w.param) not in self._homed)
-                                for w in todo):
-            # SparseAdam's rule: the operators check the indices before they write, but a later
-            # parameter's refusal would come after earlier ones were stepped, and a first step
-            # creates state (and moves the parameter) before the call: check them all first.
-            for w in todo:
-                top = int(w.indices.numpy().max())
-                if top >= w.rows:
-                    g = self.param_groups[w.group]
-                    raise _error(f"{_NAME}: the gradient of "
-                                 f"{self._name(w.group, w.index, g, w.param)} names row {top} but "
-                                 f"the table has {w.rows} rows; nothing was modified")
+    def _init_state(self, p: torch.Tensor, state) -> None:
+        if self._is_8bit(p):  # before the state exists: by size; kept after
+            self._init_8bit(p, state)
+        else:
+            super()._init_state(p, state)
 
-        # Phase two: step.
-        stats: List[SparseAdamStats] = []
-        for gi, group, lr, beta1, beta2, work in plans:
-            maximize = group.get("maximize", False)
-            eps = _as_scalar(group["eps"])
-            for w in work:
-                p = w.param
-                eight = self._is_8bit(p)  # decided before the state exists, kept after
-                if self._hugepages and id(p) not in self._homed:
-                    p.data = to_hugepages(p.data)  # same Parameter; its storage moves once
-                    self._homed.add(id(p))
-                state = self.state[p]
-                if len(state) == 0:
-                    if eight:
-                        self._init_8bit(p, state)
-                    else:
-                        state["step"] = 0
-                        state["exp_avg"] = self._new_moment(p)
-                        state["exp_avg_sq"] = self._new_moment(p)
-                step = int(state["step"]) + 1
-                if w.indices is None:  # empty gradient: the step counts, nothing moves (torch)
-                    state["step"] = step
-                    stats.append(SparseAdamStats(gi, w.index, 0, 0, 0))
-                    continue
-                bias_correction1 = 1 - beta1 ** step
-                bias_correction2 = 1 - beta2 ** step
-                step_size = lr * math.sqrt(bias_correction2) / bias_correction1
-                values = -w.values if maximize else w.values
-                if eight:
-                    st = self._run_8bit(w, state, values, step_size, beta1, beta2, eps)
-                else:
-                    st = self._run(w, state, values, step_size, beta1, beta2, eps)
-                state["step"] = step
-                stats.append(SparseAdamStats(gi, w.index, st.rows_updated,
-                                             st.rows_skipped_nonfinite, st.indices_padding))
-        self.last_stats = stats
-        return loss
+    def _step_param(self, w: _Work, state, values, step_size, beta1, beta2, eps):
+        if "state1" in state:
+            return self._run_8bit(w, state, values, step_size, beta1, beta2, eps)
+        return self._run(w, state, values, step_size, beta1, beta2, eps)
 
     def _run_8bit(self, w: _Work, state, values, step_size, beta1, beta2, eps):
         rows, cols, blocks = _layout(w.param)
