@@ -32,10 +32,10 @@ def empty_hugepage(shape, dtype=torch.float32) -> torch.Tensor:
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list, torch.Size)) else (shape,)))
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = math.prod(shape) * itemsize
-    raw = _fusekit.empty_host(nbytes, True)  # a NumPy uint8 array that owns the memory
-    flat = torch.from_numpy(raw)  # shares the memory and keeps `raw` alive
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
+    raw = _fusekit.empty_host(nbytes, True)  # a NumPy uint8 array that owns the memory
+    flat = torch.from_numpy(raw)  # shares the memory and keeps `raw` alive
     return flat.view(dtype).view(shape)
 
 
