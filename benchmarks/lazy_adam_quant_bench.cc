@@ -99,23 +99,37 @@ struct QuantData {
   int64_t rows, n, dim, blocks;
   DType dtype;
   size_t es;  // bytes per var / gradient element
+  bool packed;  // m and v codes interleaved per row ([R, 2 D]), absmax m and v too ([R, 2 B])
   DeviceBuffer var, grad, m, v, am, av, idx;
   std::array<float, 256> qm = fusekit::create_dynamic_map(true),
                          qv = fusekit::create_dynamic_map(false);
-  QuantData(int64_t r, int64_t nn, int64_t d, DType t, const std::vector<int32_t> &indices)
+  // Where the state lives: separate tables (m, v, am, av), or packed (m's codes and v's in the
+  // rows of one [R, 2 D] table, the two absmax in one [R, 2 B] table).
+  uint8_t *mp, *vp;
+  float *amp, *avp;
+  int64_t code_stride, absmax_stride;
+  QuantData(int64_t r, int64_t nn, int64_t d, DType t, const std::vector<int32_t> &indices,
+            bool pack = false)
       : rows(r),
         n(nn),
         dim(d),
         blocks((d + 255) / 256),
         dtype(t),
         es(t == DType::kFloat32 ? 4 : 2),
+        packed(pack),
         var(static_cast<size_t>(r * d) * es),
         grad(static_cast<size_t>(nn * d) * es),
-        m(static_cast<size_t>(r * d)),
-        v(static_cast<size_t>(r * d)),
-        am(static_cast<size_t>(r * blocks) * 4),
-        av(static_cast<size_t>(r * blocks) * 4),
+        m(static_cast<size_t>(r * d) * (pack ? 2 : 1)),
+        v(pack ? 64 : static_cast<size_t>(r * d)),
+        am(static_cast<size_t>(r * blocks) * 4 * (pack ? 2 : 1)),
+        av(pack ? 64 : static_cast<size_t>(r * blocks) * 4),
         idx(static_cast<size_t>(nn) * 4) {
+    mp = m.as<uint8_t>();
+    vp = pack ? mp + d : v.as<uint8_t>();
+    amp = am.as<float>();
+    avp = pack ? amp + blocks : av.as<float>();
+    code_stride = pack ? 2 * d : d;
+    absmax_stride = pack ? 2 * blocks : blocks;
     if (t == DType::kFloat32) {
       fill_uniform(var.as<float>(), r * d, 3, 1.0f, 2.0f);
       fill_uniform(grad.as<float>(), nn * d, 4, 1.0f, 2.0f);
@@ -123,22 +137,27 @@ struct QuantData {
       fill_bf16(var.as<uint16_t>(), r * d, 3);
       fill_bf16(grad.as<uint16_t>(), nn * d, 4);
     }
-    fill_bytes(m.as<uint8_t>(), r * d, 1);
-    fill_bytes(v.as<uint8_t>(), r * d, 2);
-    fill_uniform(am.as<float>(), r * blocks, 5, 0.001f, 0.05f);
-    fill_uniform(av.as<float>(), r * blocks, 6, 1e-6f, 1e-3f);
+    if (pack) {
+      fill_bytes(m.as<uint8_t>(), 2 * r * d, 1);
+      fill_uniform(am.as<float>(), 2 * r * blocks, 5, 1e-6f, 0.05f);
+    } else {
+      fill_bytes(m.as<uint8_t>(), r * d, 1);
+      fill_bytes(v.as<uint8_t>(), r * d, 2);
+      fill_uniform(am.as<float>(), r * blocks, 5, 0.001f, 0.05f);
+      fill_uniform(av.as<float>(), r * blocks, 6, 1e-6f, 1e-3f);
+    }
     std::memcpy(idx.ptr, indices.data(), static_cast<size_t>(nn) * 4);
   }
   fusekit::LazyAdamQuantTensors tensors() {
     return {TensorView::contiguous(grad.ptr, dtype, {n, dim}),
             TensorView::of(idx.as<int32_t>(), {n}),
-            TensorView::of(m.as<uint8_t>(), {rows, dim}),
-            TensorView::of(v.as<uint8_t>(), {rows, dim}),
+            TensorView::strided(mp, DType::kUInt8, {rows, dim}, {code_stride, 1}),
+            TensorView::strided(vp, DType::kUInt8, {rows, dim}, {code_stride, 1}),
             TensorView::contiguous(var.ptr, dtype, {rows, dim}),
             TensorView::of(qm.data(), {256}),
             TensorView::of(qv.data(), {256}),
-            TensorView::of(am.as<float>(), {rows, blocks}),
-            TensorView::of(av.as<float>(), {rows, blocks})};
+            TensorView::strided(amp, DType::kFloat32, {rows, blocks}, {absmax_stride, 1}),
+            TensorView::strided(avp, DType::kFloat32, {rows, blocks}, {absmax_stride, 1})};
   }
   // Bytes one step moves: the index, the gradient row read; var, both code rows and both absmax
   // rows read and written.
@@ -162,8 +181,9 @@ void rmw_floor(QuantData &q) {
   const int32_t *order = q.idx.as<const int32_t>();
   const E *g = q.grad.as<const E>();
   E *var = q.var.as<E>();
-  uint8_t *m = q.m.as<uint8_t>(), *v = q.v.as<uint8_t>();
-  uint32_t *am = q.am.as<uint32_t>(), *av = q.av.as<uint32_t>();
+  uint8_t *m = q.mp, *v = q.vp;
+  auto *am = reinterpret_cast<uint32_t *>(q.amp), *av = reinterpret_cast<uint32_t *>(q.avp);
+  const int64_t cs = q.code_stride, as = q.absmax_stride;
   const int64_t ahead = std::clamp<int64_t>(2048 / (D * static_cast<int64_t>(sizeof(E))), 2, 16);
   fusekit::parallel_for(n, fusekit::num_threads(), 4096, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
@@ -174,23 +194,23 @@ void rmw_floor(QuantData &q) {
           __builtin_prefetch(reinterpret_cast<const char *>(g + (i + ahead) * D) + off, 0);
         }
         for (int64_t off = 0; off < D; off += 64) {
-          __builtin_prefetch(m + r * D + off, 1);
-          __builtin_prefetch(v + r * D + off, 1);
+          __builtin_prefetch(m + r * cs + off, 1);
+          __builtin_prefetch(v + r * cs + off, 1);
         }
-        __builtin_prefetch(am + r * B, 1);
-        __builtin_prefetch(av + r * B, 1);
+        __builtin_prefetch(am + r * as, 1);
+        __builtin_prefetch(av + r * as, 1);
       }
       const int64_t r = order[i];
       const E *gi = g + i * D;
       E *wr = var + r * D;
-      uint8_t *mr = m + r * D, *vr = v + r * D;
+      uint8_t *mr = m + r * cs, *vr = v + r * cs;
       for (int64_t j = 0; j < D; ++j) {
         wr[j] = std::max(wr[j], gi[j]);  // both positive floats: a valid float, no arithmetic
         const uint8_t mo = mr[j];
         mr[j] = vr[j];
         vr[j] = mo;
       }
-      for (int64_t b = 0; b < B; ++b) std::swap(am[r * B + b], av[r * B + b]);
+      for (int64_t b = 0; b < B; ++b) std::swap(am[r * as + b], av[r * as + b]);
     }
   });
 }
@@ -224,9 +244,9 @@ struct Float32Data {
 };
 #endif
 
-void BM_LazyAdamQuant(benchmark::State &state, DType dtype) {
+void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed) {
   const int64_t dim = state.range(0);
-  QuantData q(kRows, kN, dim, dtype, unique_indices(kRows, kN));
+  QuantData q(kRows, kN, dim, dtype, unique_indices(kRows, kN), packed);
   fusekit::LazyAdamQuant plan;
   const fusekit::Status st = fusekit::LazyAdamQuant::plan(q.tensors(), {}, &plan);
   if (!st.ok()) {
@@ -287,6 +307,50 @@ void BM_LazyAdamQuant(benchmark::State &state, DType dtype) {
                  std::to_string(kN) + " D=" + std::to_string(dim) + " " + plan.implementation());
 }
 
+// The arithmetic alone: a 4,096-row table that fits in L2 (every row once per step, in a random
+// order), one thread; the counter is ns per row (the 8-bit step, and float32 LazyAdam on the same
+// rows): what a row costs when memory is not in the way.
+void BM_LazyAdamQuantInCache(benchmark::State &state, bool packed) {
+  constexpr int64_t kSmallRows = 4096;
+  const int64_t dim = state.range(0);
+  QuantData q(kSmallRows, kSmallRows, dim, DType::kFloat32, unique_indices(kSmallRows, kSmallRows),
+              packed);
+  const int threads = fusekit::num_threads();
+  fusekit::set_num_threads(1);
+  fusekit::LazyAdamQuant plan;
+  const fusekit::Status st = fusekit::LazyAdamQuant::plan(q.tensors(), {}, &plan);
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    fusekit::set_num_threads(threads);
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+  Float32Data f(kSmallRows, kSmallRows, dim, q.idx);
+  DeviceBuffer ws32(std::max<size_t>(f.plan.workspace_size(), 64));
+#endif
+  std::vector<double> t_op, t_f32;
+  for (auto _ : state) {
+    // Small lr: the state stays in range over many steps.
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(plan.run(1e-6f, ws.ptr, plan.workspace_size()).ok()); });
+    t_op.push_back(t);
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+    t_f32.push_back(seconds_of([&] {
+      benchmark::DoNotOptimize(f.plan.run(1e-6f, ws32.ptr, f.plan.workspace_size()).ok());
+    }));
+#endif
+    state.SetIterationTime(t);
+  }
+  fusekit::set_num_threads(threads);
+  const double per_row = 1e9 / static_cast<double>(kSmallRows);
+  state.counters["ns/row"] = fusekit::bench::median_of(t_op) * per_row;
+#if FUSEKIT_BENCH_WITH_LAZY_ADAM
+  state.counters["lazy_adam_ns/row"] = fusekit::bench::median_of(t_f32) * per_row;
+#endif
+  state.SetLabel(std::string(packed ? "packed" : "separate") + " " + plan.implementation());
+}
+
 // The seed shape (float32 table) on each implementation of the list.
 void BM_LazyAdamQuantImplementation(benchmark::State &state, const std::string &impl) {
   QuantData q(kRows, kN, 32, DType::kFloat32, unique_indices(kRows, kN));
@@ -313,15 +377,28 @@ void BM_LazyAdamQuantImplementation(benchmark::State &state, const std::string &
 }
 
 const bool registered = [] {
+  for (bool packed : {false, true}) {
   for (DType t : {DType::kFloat32, DType::kBFloat16}) {
     benchmark::RegisterBenchmark(
-        (std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t)).c_str(), BM_LazyAdamQuant, t)
+        (std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t) + (packed ? "/packed" : "/separate")).c_str(), BM_LazyAdamQuant, t, packed)
         ->ArgName("D")
         ->Arg(32)
         ->Arg(128)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
         ->Iterations(9);
+  }
+  }
+  for (bool packed : {false, true}) {
+    benchmark::RegisterBenchmark(
+        (std::string("BM_LazyAdamQuantInCache/") + (packed ? "packed" : "separate")).c_str(),
+        BM_LazyAdamQuantInCache, packed)
+        ->ArgName("D")
+        ->Arg(32)
+        ->Arg(128)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(300);
   }
   for (const std::string &impl : fusekit::LazyAdamQuant::implementations()) {
     benchmark::RegisterBenchmark(("BM_LazyAdamQuantImplementation/" + impl).c_str(),

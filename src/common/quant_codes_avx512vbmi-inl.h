@@ -398,6 +398,71 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], 
   (void)k6;
 }
 
+// A value as the 16-bit search takes it: NaN and -0 as +0, others kept (vfixupimmps responses:
+// 8 = +0, 1 = the source).
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 SearchValue(__m512 x) {
+  return _mm512_fixupimm_ps(x, x, _mm512_set1_epi32(0x11111888), 0);
+}
+
+// The bucket numbers (the high 16 bits of the monotone keys) of 32 search values, in order.
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i BucketNumbers(__m512 x0, __m512 x1) {
+  const __m512i hi_words =
+      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
+                        0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
+                        0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
+  const __m512i b0 = _mm512_castps_si512(x0), b1 = _mm512_castps_si512(x1);
+  const __m512i k0 = _mm512_ternarylogic_epi32(b0, _mm512_srai_epi32(b0, 31),
+                                               _mm512_set1_epi32(INT32_MIN), 0x1e);
+  const __m512i k1 = _mm512_ternarylogic_epi32(b1, _mm512_srai_epi32(b1, 31),
+                                               _mm512_set1_epi32(INT32_MIN), 0x1e);
+  return _mm512_permutex2var_epi16(k0, hi_words, k1);
+}
+
+// Two vectors of 32 bit-reversed c0 (16-bit, from Search16N) as 64 bytes in element order.
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i PackPaths(__m512i r0, __m512i r1) {
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
+                                  _mm512_packus_epi16(r0, r1));
+}
+
+// The 64 codes of search values x[0..3] whose bit-reversed c0 are the bytes of r: c0 or c0 + 1 by
+// the one full comparison with thr[c0], then (kSignFix, where the map's fix can act) m's sign fix.
+template <bool kSignFix>
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i CodesOfPaths(const Search16Tables &s, __m512i r,
+                                                   const __m512 x[4]) {
+  __m512 th[4];
+  Dequant64(s.thr, r, th);
+  __mmask16 ge[4];
+  for (int k = 0; k < 4; ++k) ge[k] = _mm512_cmp_ps_mask(x[k], th[k], _CMP_GE_OQ);
+  const __mmask64 up =
+      _mm512_kunpackd(_mm512_kunpackw(ge[3], ge[2]), _mm512_kunpackw(ge[1], ge[0]));
+  const __mmask64 top = _mm512_movepi8_mask(r);
+  const __m512i c0 =
+      _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
+                             _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
+  const __m512i c1 =
+      _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
+                             _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
+  __m512i code = _mm512_mask_blend_epi8(up, c0, c1);
+  if (kSignFix && s.sign_fix) {
+    // x * q[code] < 0 (as the reference computes it): one step toward x's sign, clamped.
+    __m512 qc[4];
+    Dequant64(s.q, code, qc);
+    uint64_t need = 0, pos = 0;
+    for (int k = 0; k < 4; ++k) {
+      need |= static_cast<uint64_t>(_cvtmask16_u32(
+                  _mm512_cmp_ps_mask(_mm512_mul_ps(x[k], qc[k]), _mm512_setzero_ps(), _CMP_LT_OQ)))
+              << (16 * k);
+      pos |= static_cast<uint64_t>(
+                 _cvtmask16_u32(_mm512_cmp_ps_mask(x[k], _mm512_setzero_ps(), _CMP_GT_OQ)))
+             << (16 * k);
+    }
+    const __m512i one = _mm512_set1_epi8(1);
+    code = _mm512_mask_adds_epu8(code, _cvtu64_mask64(need & pos), code, one);
+    code = _mm512_mask_subs_epu8(code, _cvtu64_mask64(need & ~pos), code, one);
+  }
+  return code;
+}
+
 // A full block's codes for both maps by the 16-bit search; x (the quotients moment / div, or with
 // kDivide false the moments themselves, NaN and -0 as +0) overwrite the moments in mom_m / mom_v.
 template <bool kSignFix, bool kDivide = true>
@@ -406,29 +471,18 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const 
                                                 __m512 vdiv_v, uint8_t *out_m, uint8_t *out_v) {
   alignas(64) uint16_t hb[2][kQuantBlock];
   alignas(64) uint8_t rb[2][kQuantBlock];
-  // NaN, +-0 to +0; others kept (vfixupimmps responses: 8 = +0, 1 = the source).
-  const __m512i fix = _mm512_set1_epi32(0x11111888);
-  const __m512i hi_words =
-      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
-                        0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
-                        0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
   float *mom[2] = {mom_m, mom_v};
   const __m512 vdiv[2] = {vdiv_m, vdiv_v};
   for (int p = 0; p < 2; ++p) {
     for (int j = 0; j < kQuantBlock; j += 32) {
-      __m512i key[2];
+      __m512 x[2];
       for (int k = 0; k < 2; ++k) {
-        __m512 x = Quotient<kDivide>(mom[p] + j + 16 * k, vdiv[p]);
-        x = _mm512_fixupimm_ps(x, x, fix, 0);
-        _mm512_store_ps(mom[p] + j + 16 * k, x);
-        const __m512i bits = _mm512_castps_si512(x);
-        key[k] = _mm512_ternarylogic_epi32(bits, _mm512_srai_epi32(bits, 31),
-                                           _mm512_set1_epi32(INT32_MIN), 0x1e);
+        x[k] = SearchValue(Quotient<kDivide>(mom[p] + j + 16 * k, vdiv[p]));
+        _mm512_store_ps(mom[p] + j + 16 * k, x[k]);
       }
-      _mm512_store_si512(hb[p] + j, _mm512_permutex2var_epi16(key[0], hi_words, key[1]));
+      _mm512_store_si512(hb[p] + j, BucketNumbers(x[0], x[1]));
     }
   }
-  const __m512i qorder = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
   for (int j0 = 0; j0 < kQuantBlock; j0 += 128) {
     const Search16Tables *s[8] = {&sm, &sm, &sm, &sm, &sv, &sv, &sv, &sv};
     __m512i h[8], r[8];
@@ -439,51 +493,18 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const 
     Search16N<8>(s, h, r);
     for (int p = 0; p < 2; ++p) {
       for (int k = 0; k < 2; ++k) {
-        const __m512i b = _mm512_packus_epi16(r[4 * p + 2 * k], r[4 * p + 2 * k + 1]);
-        _mm512_store_si512(rb[p] + j0 + 64 * k, _mm512_permutexvar_epi64(qorder, b));
+        _mm512_store_si512(rb[p] + j0 + 64 * k, PackPaths(r[4 * p + 2 * k], r[4 * p + 2 * k + 1]));
       }
     }
   }
   const Search16Tables *st[2] = {&sm, &sv};
   uint8_t *out[2] = {out_m, out_v};
   for (int p = 0; p < 2; ++p) {
-    const Search16Tables &s = *st[p];
     for (int j0 = 0; j0 < kQuantBlock; j0 += 64) {
-      const __m512i r = _mm512_load_si512(rb[p] + j0);
-      __m512 th[4];
-      Dequant64(s.thr, r, th);
-      __mmask16 ge[4];
-      for (int k = 0; k < 4; ++k)
-        ge[k] = _mm512_cmp_ps_mask(_mm512_load_ps(mom[p] + j0 + 16 * k), th[k], _CMP_GE_OQ);
-      const __mmask64 up =
-          _mm512_kunpackd(_mm512_kunpackw(ge[3], ge[2]), _mm512_kunpackw(ge[1], ge[0]));
-      const __mmask64 top = _mm512_movepi8_mask(r);
-      const __m512i c0 =
-          _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
-                                 _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
-      const __m512i c1 =
-          _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
-                                 _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
-      __m512i code = _mm512_mask_blend_epi8(up, c0, c1);
-      if (kSignFix && s.sign_fix) {
-        // x * q[code] < 0 (as the reference computes it): one step toward x's sign, clamped.
-        __m512 qc[4];
-        Dequant64(s.q, code, qc);
-        uint64_t need = 0, pos = 0;
-        for (int k = 0; k < 4; ++k) {
-          const __m512 x = _mm512_load_ps(mom[p] + j0 + 16 * k);
-          need |= static_cast<uint64_t>(_cvtmask16_u32(
-                      _mm512_cmp_ps_mask(_mm512_mul_ps(x, qc[k]), _mm512_setzero_ps(), _CMP_LT_OQ)))
-                  << (16 * k);
-          pos |= static_cast<uint64_t>(
-                     _cvtmask16_u32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ)))
-                 << (16 * k);
-        }
-        const __m512i one = _mm512_set1_epi8(1);
-        code = _mm512_mask_adds_epu8(code, _cvtu64_mask64(need & pos), code, one);
-        code = _mm512_mask_subs_epu8(code, _cvtu64_mask64(need & ~pos), code, one);
-      }
-      _mm512_storeu_si512(out[p] + j0, code);
+      __m512 x[4];
+      for (int k = 0; k < 4; ++k) x[k] = _mm512_load_ps(mom[p] + j0 + 16 * k);
+      _mm512_storeu_si512(out[p] + j0,
+                          CodesOfPaths<kSignFix>(*st[p], _mm512_load_si512(rb[p] + j0), x));
     }
   }
 }

@@ -457,6 +457,217 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t SmallRows(const LazyAdamQuantRowsArgs &a,
   return skipped;
 }
 
+// ---- rows of at most 32 columns with the 16-bit search: the row's values stay in registers ----
+// (kSlotVecs = 1: D <= 16; 2: D <= 32.) Rows go two at a time through the dequantization (one
+// 32- or 64-code lookup per map for both), LazyAdam's update, the maxima (both rows' four reduced
+// together) and the guard, all in registers; var and absmax are stored at once and the quotients
+// m / absmax, v / absmax written to one slot of a tile of 256 lanes per map. A full tile runs one
+// 16-bit search for both maps (eight chains per level) straight from the tile, and each slot's
+// codes go from the register to the row they belong to: nothing else is staged.
+template <int kSlotVecs>
+struct Tile {
+  static constexpr int kSlotLanes = 16 * kSlotVecs, kSlots = kQuantBlock / kSlotLanes;
+  alignas(64) float xm[kQuantBlock], xv[kQuantBlock];  // the new m and v; then m / dm, v / dv
+  alignas(64) float dm[kSlots], dv[kSlots];  // the slot's divisors (absmax, 1 for an absmax of 0)
+  uint8_t *mc[kSlots], *vc[kSlots];  // where a slot's codes go (null: a skipped row's slot)
+  int n = 0;                         // slots filled
+};
+
+// D (1 to 16 kSlotVecs) codes of slot `slot` of the 64 in `codes` (kSlotVecs = 2: slots of 32
+// bytes, two per vector; 1: slots of 16, four per vector) to p, within the row's cache lines.
+template <int kSlotVecs>
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreSlotCodes(__m512i codes, int slot, int64_t D, uint8_t *p) {
+  if constexpr (kSlotVecs == 2) {
+    const __m256i c = slot == 0 ? _mm512_castsi512_si256(codes) : _mm512_extracti64x4_epi64(codes, 1);
+    if (D == 32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), c);
+    } else if (WithinLines(p, D, 32)) {
+      _mm256_mask_storeu_epi8(p, static_cast<__mmask32>(ByteMask(D)), c);
+    } else {
+      alignas(32) uint8_t tmp[32];
+      _mm256_store_si256(reinterpret_cast<__m256i *>(tmp), c);
+      for (int64_t j = 0; j < D; ++j) p[j] = tmp[j];
+    }
+  } else {
+    __m128i c;
+    switch (slot) {
+      case 0: c = _mm512_castsi512_si128(codes); break;
+      case 1: c = _mm512_extracti32x4_epi32(codes, 1); break;
+      case 2: c = _mm512_extracti32x4_epi32(codes, 2); break;
+      default: c = _mm512_extracti32x4_epi32(codes, 3); break;
+    }
+    if (D == 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(p), c);
+    } else if (WithinLines(p, D, 16)) {
+      _mm_mask_storeu_epi8(p, static_cast<__mmask16>(ByteMask(D)), c);
+    } else {
+      alignas(16) uint8_t tmp[16];
+      _mm_store_si128(reinterpret_cast<__m128i *>(tmp), c);
+      for (int64_t j = 0; j < D; ++j) p[j] = tmp[j];
+    }
+  }
+}
+
+// Searches the tile (both maps, 128 lanes of each per pass) and stores the codes of its slots.
+template <int kSlotVecs, bool kSignFix>
+FUSEKIT_QUANT_VBMI HWY_INLINE void FlushTile(const Search16Tables &sm, const Search16Tables &sv,
+                                             int64_t D, Tile<kSlotVecs> &t) {
+  using TileT = Tile<kSlotVecs>;
+  if (t.n == 0) return;
+  for (int i = t.n; i < TileT::kSlots; ++i) {
+    t.mc[i] = t.vc[i] = nullptr;
+    t.dm[i] = t.dv[i] = 1.0f;
+  }
+  const Search16Tables *s[8] = {&sm, &sm, &sm, &sm, &sv, &sv, &sv, &sv};
+  float *x_of[2] = {t.xm, t.xv};
+  const float *d_of[2] = {t.dm, t.dv};
+  for (int j0 = 0; j0 < kQuantBlock; j0 += 128) {
+    __m512i h[8], r[8];
+    for (int p = 0; p < 2; ++p) {
+      for (int k = 0; k < 4; ++k) {
+        float *x = x_of[p] + j0 + 32 * k;
+        __m512 q[2];
+        for (int u = 0; u < 2; ++u) {
+          const int slot = static_cast<int>((j0 + 32 * k + 16 * u) / TileT::kSlotLanes);
+          q[u] = SearchValue(
+              _mm512_div_ps(_mm512_load_ps(x + 16 * u), _mm512_set1_ps(d_of[p][slot])));
+          _mm512_store_ps(x + 16 * u, q[u]);
+        }
+        h[4 * p + k] = BucketNumbers(q[0], q[1]);
+      }
+    }
+    Search16N<8>(s, h, r);
+    for (int p = 0; p < 2; ++p) {
+      for (int k = 0; k < 2; ++k) {
+        const int64_t lo = j0 + 64 * k;
+        __m512 x[4];
+        for (int q = 0; q < 4; ++q) x[q] = _mm512_load_ps(x_of[p] + lo + 16 * q);
+        const __m512i codes = CodesOfPaths<kSignFix>(
+            p == 0 ? sm : sv, PackPaths(r[4 * p + 2 * k], r[4 * p + 2 * k + 1]), x);
+        for (int q = 0; q < 64 / TileT::kSlotLanes; ++q) {
+          const int slot = static_cast<int>(lo / TileT::kSlotLanes) + q;
+          uint8_t *dst = p == 0 ? t.mc[slot] : t.vc[slot];
+          if (dst != nullptr) StoreSlotCodes<kSlotVecs>(codes, q, D, dst);
+        }
+      }
+    }
+  }
+  t.n = 0;
+}
+
+// The maxima of four vectors at once: lane 4 i of the result is the largest lane of a[i]
+// (order-free: the values are non-negative, and a NaN makes its row's var NaN, so the guard skips
+// the row whatever the maxima say).
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Max4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 x01 = _mm512_max_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+  const __m512 x23 = _mm512_max_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+  __m512 x = _mm512_max_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xdd));
+  x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4e));
+  return _mm512_max_ps(x, _mm512_permute_ps(x, 0xb1));
+}
+
+template <typename T, typename G, int kSlotVecs, bool kSignFix>
+FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, const BytePlanes &pm,
+                                               const BytePlanes &pv, const Search16Tables &sm,
+                                               const Search16Tables &sv, const UpdateConsts &c,
+                                               __m512i var_limit, int64_t begin, int64_t end) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr int kL = 16 * kSlotVecs;  // lanes per slot
+  const int64_t D = a.dim;
+  const __mmask16 last = LaneMask(D - 16 * (kSlotVecs - 1));  // valid lanes of a row's last vector
+  alignas(64) float gbuf[2][kL + 16];
+  Tile<kSlotVecs> tile;
+  int64_t skipped = 0;
+  int64_t k = begin;
+  RowIn<T> rows[2];
+  while (NextRow<T, G>(a, k, end, gbuf[0], &rows[0])) {
+    const int n = NextRow<T, G>(a, k, end, gbuf[1], &rows[1]) ? 2 : 1;
+    if (n == 1) rows[1] = rows[0];  // computed twice, stored once
+    // Both rows' codes in one vector per map: row 0 in the low half, row 1 in the high half.
+    __m512 qm[4], qv[4];
+    if constexpr (kSlotVecs == 2) {
+      Dequant64(pm,
+                _mm512_inserti64x4(LoadCodes(rows[0].mc, D),
+                                   _mm512_castsi512_si256(LoadCodes(rows[1].mc, D)), 1),
+                qm);
+      Dequant64(pv,
+                _mm512_inserti64x4(LoadCodes(rows[0].vc, D),
+                                   _mm512_castsi512_si256(LoadCodes(rows[1].vc, D)), 1),
+                qv);
+    } else {
+      Dequant32(pm,
+                _mm512_inserti32x4(LoadCodes(rows[0].mc, D),
+                                   _mm512_castsi512_si128(LoadCodes(rows[1].mc, D)), 1),
+                qm);
+      Dequant32(pv,
+                _mm512_inserti32x4(LoadCodes(rows[0].vc, D),
+                                   _mm512_castsi512_si128(LoadCodes(rows[1].vc, D)), 1),
+                qv);
+    }
+    __m512 m[2][kSlotVecs], v[2][kSlotVecs], w[2][kSlotVecs];
+    __m512 am[2], av[2];
+    for (int i = 0; i < 2; ++i) {
+      const RowIn<T> &r = rows[i];
+      const __m512 sm_i = _mm512_set1_ps(r.absmax_m[0]), sv_i = _mm512_set1_ps(r.absmax_v[0]);
+      for (int q = 0; q < kSlotVecs; ++q) {
+        const int64_t j = 16 * q;
+        const bool tail = q == kSlotVecs - 1;
+        const __m512 gj = tail ? LoadWideN(r.g + j, D - j) : Widen(r.g + j);
+        const __m512 var = tail ? LoadWideN(r.var + j, D - j) : Widen(r.var + j);
+        m[i][q] = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qm[kSlotVecs * i + q], sm_i), c.b1),
+                                _mm512_mul_ps(gj, c.omb1));
+        v[i][q] = _mm512_abs_ps(
+            _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qv[kSlotVecs * i + q], sv_i), c.b2),
+                          _mm512_mul_ps(_mm512_mul_ps(gj, gj), c.omb2)));
+        w[i][q] = _mm512_add_ps(var, _mm512_div_ps(_mm512_mul_ps(m[i][q], c.neg_lr),
+                                                   _mm512_add_ps(_mm512_sqrt_ps(v[i][q]), c.eps)));
+      }
+      // |m| and v over the valid lanes (zero past D).
+      __m512 mm = _mm512_maskz_mov_ps(kSlotVecs == 1 ? last : __mmask16{0xffff}, _mm512_abs_ps(m[i][0]));
+      __m512 mv = _mm512_maskz_mov_ps(kSlotVecs == 1 ? last : __mmask16{0xffff}, v[i][0]);
+      if constexpr (kSlotVecs == 2) {
+        mm = _mm512_max_ps(mm, _mm512_maskz_mov_ps(last, _mm512_abs_ps(m[i][1])));
+        mv = _mm512_max_ps(mv, _mm512_maskz_mov_ps(last, v[i][1]));
+      }
+      am[i] = mm;
+      av[i] = mv;
+    }
+    alignas(64) float mx[16];
+    _mm512_store_ps(mx, Max4(am[0], av[0], am[1], av[1]));
+    for (int i = 0; i < n; ++i) {
+      const RowIn<T> &r = rows[i];
+      const float max_m = mx[8 * i] + 0.0f, max_v = mx[8 * i + 4] + 0.0f;
+      // The guard: the maxima finite, and var as stored finite in every valid lane.
+      __mmask16 bad = 0;
+      for (int q = 0; q < kSlotVecs; ++q) {
+        bad |= _mm512_mask_cmpge_epi32_mask(
+            q == kSlotVecs - 1 ? last : __mmask16{0xffff},
+            _mm512_and_si512(_mm512_castps_si512(w[i][q]), c.magnitude), var_limit);
+      }
+      const int slot = tile.n++;
+      if (!(max_m < kInf && max_v < kInf) || bad != 0) {
+        ++skipped;
+        tile.mc[slot] = tile.vc[slot] = nullptr;
+      } else {
+        for (int q = 0; q < kSlotVecs; ++q) StoreNarrowN(w[i][q], r.var + 16 * q, D - 16 * q);
+        r.absmax_m[0] = max_m;
+        r.absmax_v[0] = max_v;
+        tile.mc[slot] = r.mc;
+        tile.vc[slot] = r.vc;
+      }
+      tile.dm[slot] = max_m == 0.0f ? 1.0f : max_m;
+      tile.dv[slot] = max_v == 0.0f ? 1.0f : max_v;
+      for (int q = 0; q < kSlotVecs; ++q) {
+        _mm512_store_ps(tile.xm + kL * slot + 16 * q, m[i][q]);
+        _mm512_store_ps(tile.xv + kL * slot + 16 * q, v[i][q]);
+      }
+      if (tile.n == Tile<kSlotVecs>::kSlots) FlushTile<kSlotVecs, kSignFix>(sm, sv, D, tile);
+    }
+  }
+  FlushTile<kSlotVecs, kSignFix>(sm, sv, D, tile);
+  return skipped;
+}
+
 template <typename T, typename G, int kMode>
 FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
                                                  const VbmiTables &pt, int64_t begin, int64_t end,
@@ -468,6 +679,20 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
   // which at D = 32 cost more than the row's arithmetic. The search tables, used once per 256
   // lanes, are copied (Searcher).
   const BytePlanes &pm = pt.pm, &pv = pt.pv;
+  const UpdateConsts c{_mm512_set1_ps(a.beta1),           _mm512_set1_ps(a.beta2),
+                       _mm512_set1_ps(a.one_minus_beta1), _mm512_set1_ps(a.one_minus_beta2),
+                       _mm512_set1_ps(a.epsilon),         _mm512_set1_ps(a.neg_lr),
+                       _mm512_set1_epi32(0x7fffffff)};
+  const __m512i var_limit = _mm512_set1_epi32(static_cast<int32_t>(adam_stored_finite_limit<T>()));
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  int64_t skipped = 0;
+  const int64_t D = a.dim;
+  if (kMode > 0 && D <= 16) {
+    return TileRows<T, G, 1, kMode == 2>(a, pm, pv, pt.s16_m, pt.s16_v, c, var_limit, begin, end);
+  }
+  if (kMode > 0 && D <= 32) {
+    return TileRows<T, G, 2, kMode == 2>(a, pm, pv, pt.s16_m, pt.s16_v, c, var_limit, begin, end);
+  }
   Searcher<kMode> search;
   search.map_m = &a.map_m;
   if constexpr (kMode > 0) {
@@ -478,14 +703,6 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
     search.search_v = pt.search_v;
   }
   Staging st;
-  const UpdateConsts c{_mm512_set1_ps(a.beta1),           _mm512_set1_ps(a.beta2),
-                       _mm512_set1_ps(a.one_minus_beta1), _mm512_set1_ps(a.one_minus_beta2),
-                       _mm512_set1_ps(a.epsilon),         _mm512_set1_ps(a.neg_lr),
-                       _mm512_set1_epi32(0x7fffffff)};
-  const __m512i var_limit = _mm512_set1_epi32(static_cast<int32_t>(adam_stored_finite_limit<T>()));
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  int64_t skipped = 0;
-  const int64_t D = a.dim;
   if (D <= 32) {
     skipped = SmallRows<T, G, kMode>(a, pm, pv, c, var_limit, begin, end, st, search);
   } else {
