@@ -98,7 +98,7 @@ std::vector<int32_t> unique_indices(int64_t rows, int64_t n) {
 struct QuantData {
   int64_t rows, n, dim, blocks;
   DType dtype;
-  size_t es;  // bytes per var / gradient element
+  size_t es;    // bytes per var / gradient element
   bool packed;  // m and v codes interleaved per row ([R, 2 D]), absmax m and v too ([R, 2 B])
   DeviceBuffer var, grad, m, v, am, av, idx;
   std::array<float, 256> qm = fusekit::create_dynamic_map(true),
@@ -378,16 +378,18 @@ void BM_LazyAdamQuantImplementation(benchmark::State &state, const std::string &
 
 const bool registered = [] {
   for (bool packed : {false, true}) {
-  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-    benchmark::RegisterBenchmark(
-        (std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t) + (packed ? "/packed" : "/separate")).c_str(), BM_LazyAdamQuant, t, packed)
-        ->ArgName("D")
-        ->Arg(32)
-        ->Arg(128)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(9);
-  }
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      benchmark::RegisterBenchmark((std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t) +
+                                    (packed ? "/packed" : "/separate"))
+                                       .c_str(),
+                                   BM_LazyAdamQuant, t, packed)
+          ->ArgName("D")
+          ->Arg(32)
+          ->Arg(128)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(9);
+    }
   }
   for (bool packed : {false, true}) {
     benchmark::RegisterBenchmark(

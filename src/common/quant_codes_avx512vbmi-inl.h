@@ -411,10 +411,10 @@ FUSEKIT_QUANT_VBMI HWY_INLINE __m512i BucketNumbers(__m512 x0, __m512 x1) {
                         0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
                         0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
   const __m512i b0 = _mm512_castps_si512(x0), b1 = _mm512_castps_si512(x1);
-  const __m512i k0 = _mm512_ternarylogic_epi32(b0, _mm512_srai_epi32(b0, 31),
-                                               _mm512_set1_epi32(INT32_MIN), 0x1e);
-  const __m512i k1 = _mm512_ternarylogic_epi32(b1, _mm512_srai_epi32(b1, 31),
-                                               _mm512_set1_epi32(INT32_MIN), 0x1e);
+  const __m512i k0 =
+      _mm512_ternarylogic_epi32(b0, _mm512_srai_epi32(b0, 31), _mm512_set1_epi32(INT32_MIN), 0x1e);
+  const __m512i k1 =
+      _mm512_ternarylogic_epi32(b1, _mm512_srai_epi32(b1, 31), _mm512_set1_epi32(INT32_MIN), 0x1e);
   return _mm512_permutex2var_epi16(k0, hi_words, k1);
 }
 

@@ -51,6 +51,14 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// Whether [p, p + bytes) and [q, q + bytes) lie in the same cache lines (a packed state: m's and
+// v's codes, or their absmax, in one row of one table).
+HWY_INLINE bool SameLines(const void *p, const void *q, int64_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  const auto n = static_cast<uintptr_t>(bytes) - 1;
+  return a / 64 == b / 64 && (a + n) / 64 == (b + n) / 64;
+}
+
 // Prefetches each cache line of [p, p + bytes) once.
 FUSEKIT_QUANT_VBMI HWY_INLINE void PrefetchLines(const void *p, int64_t bytes) {
   const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
@@ -353,10 +361,13 @@ FUSEKIT_QUANT_VBMI HWY_INLINE bool NextRow(const LazyAdamQuantRowsArgs &a, int64
             D * static_cast<int64_t>(sizeof(G)));
         PrefetchLines(static_cast<const T *>(a.var) + r * a.var_stride,
                       D * static_cast<int64_t>(sizeof(T)));
-        PrefetchLines(a.m + r * a.m_stride, D);
-        PrefetchLines(a.v + r * a.v_stride, D);
-        PrefetchLines(a.absmax_m + r * a.absmax_m_stride, a.blocks * 4);
-        PrefetchLines(a.absmax_v + r * a.absmax_v_stride, a.blocks * 4);
+        const uint8_t *mr = a.m + r * a.m_stride, *vr = a.v + r * a.v_stride;
+        const float *amr = a.absmax_m + r * a.absmax_m_stride,
+                    *avr = a.absmax_v + r * a.absmax_v_stride;
+        PrefetchLines(mr, D);
+        if (!SameLines(mr, vr, D)) PrefetchLines(vr, D);
+        PrefetchLines(amr, a.blocks * 4);
+        if (!SameLines(amr, avr, a.blocks * 4)) PrefetchLines(avr, a.blocks * 4);
       }
     }
     const uint64_t row = a.entries[k] >> 32;
@@ -469,8 +480,8 @@ struct Tile {
   static constexpr int kSlotLanes = 16 * kSlotVecs, kSlots = kQuantBlock / kSlotLanes;
   alignas(64) float xm[kQuantBlock], xv[kQuantBlock];  // the new m and v; then m / dm, v / dv
   alignas(64) float dm[kSlots], dv[kSlots];  // the slot's divisors (absmax, 1 for an absmax of 0)
-  uint8_t *mc[kSlots], *vc[kSlots];  // where a slot's codes go (null: a skipped row's slot)
-  int n = 0;                         // slots filled
+  uint8_t *mc[kSlots], *vc[kSlots];          // where a slot's codes go (null: a skipped row's slot)
+  int n = 0;                                 // slots filled
 };
 
 // D (1 to 16 kSlotVecs) codes of slot `slot` of the 64 in `codes` (kSlotVecs = 2: slots of 32
@@ -478,7 +489,8 @@ struct Tile {
 template <int kSlotVecs>
 FUSEKIT_QUANT_VBMI HWY_INLINE void StoreSlotCodes(__m512i codes, int slot, int64_t D, uint8_t *p) {
   if constexpr (kSlotVecs == 2) {
-    const __m256i c = slot == 0 ? _mm512_castsi512_si256(codes) : _mm512_extracti64x4_epi64(codes, 1);
+    const __m256i c =
+        slot == 0 ? _mm512_castsi512_si256(codes) : _mm512_extracti64x4_epi64(codes, 1);
     if (D == 32) {
       _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), c);
     } else if (WithinLines(p, D, 32)) {
@@ -491,10 +503,18 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void StoreSlotCodes(__m512i codes, int slot, int64
   } else {
     __m128i c;
     switch (slot) {
-      case 0: c = _mm512_castsi512_si128(codes); break;
-      case 1: c = _mm512_extracti32x4_epi32(codes, 1); break;
-      case 2: c = _mm512_extracti32x4_epi32(codes, 2); break;
-      default: c = _mm512_extracti32x4_epi32(codes, 3); break;
+      case 0:
+        c = _mm512_castsi512_si128(codes);
+        break;
+      case 1:
+        c = _mm512_extracti32x4_epi32(codes, 1);
+        break;
+      case 2:
+        c = _mm512_extracti32x4_epi32(codes, 2);
+        break;
+      default:
+        c = _mm512_extracti32x4_epi32(codes, 3);
+        break;
     }
     if (D == 16) {
       _mm_storeu_si128(reinterpret_cast<__m128i *>(p), c);
@@ -529,8 +549,8 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void FlushTile(const Search16Tables &sm, const Sea
         __m512 q[2];
         for (int u = 0; u < 2; ++u) {
           const int slot = static_cast<int>((j0 + 32 * k + 16 * u) / TileT::kSlotLanes);
-          q[u] = SearchValue(
-              _mm512_div_ps(_mm512_load_ps(x + 16 * u), _mm512_set1_ps(d_of[p][slot])));
+          q[u] =
+              SearchValue(_mm512_div_ps(_mm512_load_ps(x + 16 * u), _mm512_set1_ps(d_of[p][slot])));
           _mm512_store_ps(x + 16 * u, q[u]);
         }
         h[4 * p + k] = BucketNumbers(q[0], q[1]);
@@ -559,9 +579,12 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void FlushTile(const Search16Tables &sm, const Sea
 // (order-free: the values are non-negative, and a NaN makes its row's var NaN, so the guard skips
 // the row whatever the maxima say).
 FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Max4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const __m512 x01 = _mm512_max_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
-  const __m512 x23 = _mm512_max_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
-  __m512 x = _mm512_max_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xdd));
+  const __m512 x01 =
+      _mm512_max_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+  const __m512 x23 =
+      _mm512_max_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+  __m512 x =
+      _mm512_max_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xdd));
   x = _mm512_max_ps(x, _mm512_permute_ps(x, 0x4e));
   return _mm512_max_ps(x, _mm512_permute_ps(x, 0xb1));
 }
@@ -623,7 +646,8 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
                                                    _mm512_add_ps(_mm512_sqrt_ps(v[i][q]), c.eps)));
       }
       // |m| and v over the valid lanes (zero past D).
-      __m512 mm = _mm512_maskz_mov_ps(kSlotVecs == 1 ? last : __mmask16{0xffff}, _mm512_abs_ps(m[i][0]));
+      __m512 mm =
+          _mm512_maskz_mov_ps(kSlotVecs == 1 ? last : __mmask16{0xffff}, _mm512_abs_ps(m[i][0]));
       __m512 mv = _mm512_maskz_mov_ps(kSlotVecs == 1 ? last : __mmask16{0xffff}, v[i][0]);
       if constexpr (kSlotVecs == 2) {
         mm = _mm512_max_ps(mm, _mm512_maskz_mov_ps(last, _mm512_abs_ps(m[i][1])));
