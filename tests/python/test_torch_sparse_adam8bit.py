@@ -222,6 +222,12 @@ def test_state_holds_the_dynamic_maps_and_the_layout():
     assert st["absmax1"].dtype == torch.float32 and tuple(st["absmax1"].shape) == (40, 2)
     # 2 D + 8 ceil(D / 256) bytes per row, plus the two shared maps
     assert opt.state_bytes() == 40 * (2 * 300 + 8 * 2) + 2 * 256 * 4
+    # packed by row: a row's m codes then its v codes, its absmax m then absmax v
+    s1, s2, a1, a2 = st["state1"], st["state2"], st["absmax1"], st["absmax2"]
+    assert s1.stride() == s2.stride() == (600, 1)
+    assert s2.data_ptr() == s1.data_ptr() + 300
+    assert a1.stride() == a2.stride() == (4, 1)
+    assert a2.data_ptr() == a1.data_ptr() + 2 * 4
 
 
 @pytest.mark.parametrize("dim", [1, 7, 8, 255, 256, 257, 512])
@@ -472,6 +478,34 @@ def test_state_dict_round_trip_through_torch_save_continues_bitwise(dtype):
     assert opt2.state[params2[0]]["step"] == 8
     for key in ("state1", "absmax1"):
         assert torch.equal(ck["opt"]["state"][0][key], frozen["state"][0][key])
+
+
+def test_state_dict_with_separate_tensors_loads_packed_and_continues_bitwise():
+    # A checkpoint whose 8-bit tensors are separate and contiguous (as another writer, or an
+    # older fusekit, would save them) loads into the packed layout with the same bits, and the
+    # steps after it equal those of the optimizer that saved it.
+    m = mixed_model(torch.float32, 21)
+    opt = SparseAdam8bit(m.parameters(), lr=0.01)
+    train_mixed(m, opt, 3, 22)
+    params = list(m.parameters())
+    sd = opt.state_dict()
+    for st in sd["state"].values():
+        for key in ("state1", "state2", "absmax1", "absmax2"):
+            if key in st:
+                st[key] = st[key].clone(memory_format=torch.contiguous_format)
+                assert st[key].is_contiguous()
+    m2 = copy.deepcopy(m)
+    opt2 = SparseAdam8bit(m2.parameters(), lr=0.01)
+    opt2.load_state_dict(sd)
+    params2 = list(m2.parameters())
+    assert_same(state_bits(opt2, params2), state_bits(opt, params))
+    st2 = opt2.state[params2[0]]
+    assert st2["state2"].data_ptr() == st2["state1"].data_ptr() + st2["state1"].shape[1]
+    train_mixed(m, opt, 3, 23)
+    train_mixed(m2, opt2, 3, 23)
+    assert_same(state_bits(opt2, params2), state_bits(opt, params))
+    for p, p2 in zip(params, params2):
+        assert torch.equal(p.detach(), p2.detach())
 
 
 def test_float32_state_dict_of_sparse_adam_loads():
