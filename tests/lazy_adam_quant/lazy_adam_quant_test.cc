@@ -435,6 +435,62 @@ TEST(LazyAdamQuant, StridedTablesAndAbsmaxKeepTheirPaddingColumns) {
   }
 }
 
+// The packed layout (docs/lazy_adam_quant.md#the-packed-state-layout): m's and v's codes of a row
+// side by side in one [R, 2, D] table and their absmax in one [R, 2, B] table, the four tensors
+// views of the two: the same bits as the separate tensors (the oracle's), on both kernel paths of
+// the VBMI kernel (D <= 32 in tiles, D > 32 staged), every map kind and table dtype.
+TEST(LazyAdamQuant, PackedStateGivesTheSameBitsAsSeparateTensors) {
+  for (int64_t dim : {1, 16, 17, 32, 33, 300}) {
+    for (Maps maps : {Maps::kDynamic, Maps::kLinspace, Maps::kDoubled}) {
+      for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+        SCOPED_TRACE("D = " + std::to_string(dim) + ", " + maps_name(maps) + ", " +
+                     fusekit::dtype_name(t));
+        const Shape sh{90, 80, dim, 0.2, 0.05};
+        const uint64_t salt = 7000 + static_cast<uint64_t>(dim);
+        Case want = make_case(salt, sh, t, t, maps);
+        const OracleResult expected = oracle(want);
+        ASSERT_GT(expected.updated, 30);
+        for (const Way &w : ways()) {
+          SCOPED_TRACE(way_name(w));
+          Case got = make_case(salt, sh, t, t, maps);
+          const int64_t R = got.rows, D = got.dim, B = got.blocks;
+          std::vector<uint8_t> codes(static_cast<size_t>(R * 2 * D));
+          std::vector<float> absmax(static_cast<size_t>(R * 2 * B));
+          for (int64_t r = 0; r < R; ++r) {
+            for (int64_t j = 0; j < D; ++j) {
+              codes[static_cast<size_t>(r * 2 * D + j)] = got.m[got.at(r, j)];
+              codes[static_cast<size_t>(r * 2 * D + D + j)] = got.v[got.at(r, j)];
+            }
+            for (int64_t b = 0; b < B; ++b) {
+              absmax[static_cast<size_t>(r * 2 * B + b)] = got.am[got.bat(r, b)];
+              absmax[static_cast<size_t>(r * 2 * B + B + b)] = got.av[got.bat(r, b)];
+            }
+          }
+          LazyAdamQuantTensors tv = got.tensors();
+          tv.m = TensorView::strided(codes.data(), DType::kUInt8, {R, D}, {2 * D, 1});
+          tv.v = TensorView::strided(codes.data() + D, DType::kUInt8, {R, D}, {2 * D, 1});
+          tv.absmax_m = TensorView::strided(absmax.data(), DType::kFloat32, {R, B}, {2 * B, 1});
+          tv.absmax_v = TensorView::strided(absmax.data() + B, DType::kFloat32, {R, B}, {2 * B, 1});
+          LazyAdamQuantStats stats;
+          ASSERT_TRUE(fusekit::lazy_adam_quant_step(tv, got.lr, options_of(got, &w), &stats).ok());
+          for (int64_t r = 0; r < R; ++r) {
+            for (int64_t j = 0; j < D; ++j) {
+              got.m[got.at(r, j)] = codes[static_cast<size_t>(r * 2 * D + j)];
+              got.v[got.at(r, j)] = codes[static_cast<size_t>(r * 2 * D + D + j)];
+            }
+            for (int64_t b = 0; b < B; ++b) {
+              got.am[got.bat(r, b)] = absmax[static_cast<size_t>(r * 2 * B + b)];
+              got.av[got.bat(r, b)] = absmax[static_cast<size_t>(r * 2 * B + B + b)];
+            }
+          }
+          expect_same(got, want);
+          expect_stats(stats, expected);
+        }
+      }
+    }
+  }
+}
+
 TEST(LazyAdamQuant, DuplicatesAreSummedInOrderAndAppliedOnce) {
   for (const Way &w : ways()) {
     SCOPED_TRACE(way_name(w));
