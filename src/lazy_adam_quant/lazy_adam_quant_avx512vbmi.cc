@@ -349,8 +349,8 @@ struct RowIn {
 // rows of the entry `ahead` on for every entry passed; false at the end.
 template <typename T, typename G>
 FUSEKIT_QUANT_VBMI HWY_INLINE bool NextRow(const LazyAdamQuantRowsArgs &a, int64_t &k, int64_t end,
-                                           float *gbuf, RowIn<T> *out) {
-  const int64_t D = a.dim, ahead = a.prefetch_ahead;
+                                           float *gbuf, RowIn<T> *out, int64_t D) {
+  const int64_t ahead = a.prefetch_ahead;
   while (k < end) {
     if (k + ahead < end) {
       const uint64_t e = a.entries[k + ahead];
@@ -421,8 +421,8 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t SmallRows(const LazyAdamQuantRowsArgs &a,
   int64_t skipped = 0;
   int64_t k = begin;
   RowIn<T> rows[2];
-  while (NextRow<T, G>(a, k, end, buf[0][0], &rows[0])) {
-    const int n = NextRow<T, G>(a, k, end, buf[1][0], &rows[1]) ? 2 : 1;
+  while (NextRow<T, G>(a, k, end, buf[0][0], &rows[0], D)) {
+    const int n = NextRow<T, G>(a, k, end, buf[1][0], &rows[1], D) ? 2 : 1;
     __m512 qm[4], qv[4];
     if (n == 2) {
       Dequant64(pm,
@@ -589,42 +589,60 @@ FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Max4(__m512 a0, __m512 a1, __m512 a2, __m51
   return _mm512_max_ps(x, _mm512_permute_ps(x, 0xb1));
 }
 
-template <typename T, typename G, int kSlotVecs, bool kSignFix>
+// n (16 or 32) codes at p, as the low bytes of a vector.
+template <int kBytes>
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i LoadFullCodes(const uint8_t *p) {
+  if constexpr (kBytes == 32) {
+    return _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+  } else {
+    return _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  }
+}
+
+// kFull: D is exactly 16 kSlotVecs (the common widths 16 and 32: no masks, no tails).
+template <typename T, typename G, int kSlotVecs, bool kSignFix, bool kFull>
 FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, const BytePlanes &pm,
                                                const BytePlanes &pv, const Search16Tables &sm,
                                                const Search16Tables &sv, const UpdateConsts &c,
                                                __m512i var_limit, int64_t begin, int64_t end) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   constexpr int kL = 16 * kSlotVecs;  // lanes per slot
-  const int64_t D = a.dim;
+  const int64_t D = kFull ? kL : a.dim;
+  auto codes_of = [&](const uint8_t *p) {
+    if constexpr (kFull) {
+      return LoadFullCodes<kL>(p);
+    } else {
+      return LoadCodes(p, D);
+    }
+  };
   const __mmask16 last = LaneMask(D - 16 * (kSlotVecs - 1));  // valid lanes of a row's last vector
   alignas(64) float gbuf[2][kL + 16];
   Tile<kSlotVecs> tile;
   int64_t skipped = 0;
   int64_t k = begin;
   RowIn<T> rows[2];
-  while (NextRow<T, G>(a, k, end, gbuf[0], &rows[0])) {
-    const int n = NextRow<T, G>(a, k, end, gbuf[1], &rows[1]) ? 2 : 1;
+  while (NextRow<T, G>(a, k, end, gbuf[0], &rows[0], D)) {
+    const int n = NextRow<T, G>(a, k, end, gbuf[1], &rows[1], D) ? 2 : 1;
     if (n == 1) rows[1] = rows[0];  // computed twice, stored once
     // Both rows' codes in one vector per map: row 0 in the low half, row 1 in the high half.
     __m512 qm[4], qv[4];
     if constexpr (kSlotVecs == 2) {
       Dequant64(pm,
-                _mm512_inserti64x4(LoadCodes(rows[0].mc, D),
-                                   _mm512_castsi512_si256(LoadCodes(rows[1].mc, D)), 1),
+                _mm512_inserti64x4(codes_of(rows[0].mc),
+                                   _mm512_castsi512_si256(codes_of(rows[1].mc)), 1),
                 qm);
       Dequant64(pv,
-                _mm512_inserti64x4(LoadCodes(rows[0].vc, D),
-                                   _mm512_castsi512_si256(LoadCodes(rows[1].vc, D)), 1),
+                _mm512_inserti64x4(codes_of(rows[0].vc),
+                                   _mm512_castsi512_si256(codes_of(rows[1].vc)), 1),
                 qv);
     } else {
       Dequant32(pm,
-                _mm512_inserti32x4(LoadCodes(rows[0].mc, D),
-                                   _mm512_castsi512_si128(LoadCodes(rows[1].mc, D)), 1),
+                _mm512_inserti32x4(codes_of(rows[0].mc),
+                                   _mm512_castsi512_si128(codes_of(rows[1].mc)), 1),
                 qm);
       Dequant32(pv,
-                _mm512_inserti32x4(LoadCodes(rows[0].vc, D),
-                                   _mm512_castsi512_si128(LoadCodes(rows[1].vc, D)), 1),
+                _mm512_inserti32x4(codes_of(rows[0].vc),
+                                   _mm512_castsi512_si128(codes_of(rows[1].vc)), 1),
                 qv);
     }
     __m512 m[2][kSlotVecs], v[2][kSlotVecs], w[2][kSlotVecs];
@@ -711,11 +729,13 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
   constexpr float kInf = std::numeric_limits<float>::infinity();
   int64_t skipped = 0;
   const int64_t D = a.dim;
-  if (kMode > 0 && D <= 16) {
-    return TileRows<T, G, 1, kMode == 2>(a, pm, pv, pt.s16_m, pt.s16_v, c, var_limit, begin, end);
-  }
   if (kMode > 0 && D <= 32) {
-    return TileRows<T, G, 2, kMode == 2>(a, pm, pv, pt.s16_m, pt.s16_v, c, var_limit, begin, end);
+    const Search16Tables &sm = pt.s16_m, &sv = pt.s16_v;
+    constexpr bool kFix = kMode == 2;
+    if (D == 32) return TileRows<T, G, 2, kFix, true>(a, pm, pv, sm, sv, c, var_limit, begin, end);
+    if (D == 16) return TileRows<T, G, 1, kFix, true>(a, pm, pv, sm, sv, c, var_limit, begin, end);
+    if (D < 16) return TileRows<T, G, 1, kFix, false>(a, pm, pv, sm, sv, c, var_limit, begin, end);
+    return TileRows<T, G, 2, kFix, false>(a, pm, pv, sm, sv, c, var_limit, begin, end);
   }
   Searcher<kMode> search;
   search.map_m = &a.map_m;
@@ -733,7 +753,7 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
     const LaqScratch s = laq_scratch(scratch_mem, D);
     int64_t k = begin;
     RowIn<T> r;
-    while (NextRow<T, G>(a, k, end, s.g, &r)) {
+    while (NextRow<T, G>(a, k, end, s.g, &r, D)) {
       // (1) Per block: dequantize, update into the scratch, the maxima; nothing is stored yet.
       __m512i acc_w = _mm512_setzero_si512();
       bool maxima_ok = true;
