@@ -297,7 +297,9 @@ struct Search16Tables {
   BytePlanes thr;                            // thr[bitrev(r)] by path r (NaN past the thresholds)
   BytePlanes q;                              // the map by code (for the sign fix)
   bool sign_fix;
+  bool identity;               // first[c] == c (no repeated map values): code = bitrev(r) + up
   __m512i code0[4], code1[4];  // first[bitrev(r)], first[bitrev(r) + 1]
+  __m512i rev[2];              // bitrev8(i) for i = 0..127 (bit 7 of r adds 1)
 };
 
 inline uint32_t BucketKey(float f) {
@@ -354,6 +356,11 @@ FUSEKIT_QUANT_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Tab
   }
   MakePlanes(thr_rev, &s->thr);
   s->sign_fix = t.sign_fix;
+  s->identity = t.identity_first;
+  alignas(64) uint8_t rev[128];
+  for (int i = 0; i < 128; ++i) rev[i] = static_cast<uint8_t>(BitReverse8(i));
+  s->rev[0] = _mm512_load_si512(rev);
+  s->rev[1] = _mm512_load_si512(rev + 64);
   if (t.sign_fix) MakePlanes(t.q, &s->q);
   for (int k = 0; k < 4; ++k) {
     s->code0[k] = _mm512_load_si512(c0 + 64 * k);
@@ -436,13 +443,21 @@ FUSEKIT_QUANT_VBMI HWY_INLINE __m512i CodesOfPaths(const Search16Tables &s, __m5
   const __mmask64 up =
       _mm512_kunpackd(_mm512_kunpackw(ge[3], ge[2]), _mm512_kunpackw(ge[1], ge[0]));
   const __mmask64 top = _mm512_movepi8_mask(r);
-  const __m512i c0 =
-      _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
-                             _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
-  const __m512i c1 =
-      _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
-                             _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
-  __m512i code = _mm512_mask_blend_epi8(up, c0, c1);
+  __m512i code;
+  if (s.identity) {  // the count is the code: bitrev(r), plus one where x passed thr[c0]
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i rev = _mm512_permutex2var_epi8(s.rev[0], r, s.rev[1]);  // r's low 7 bits
+    const __m512i c0 = _mm512_mask_add_epi8(rev, top, rev, one);  // bit 7 of r is bit 0 of c0
+    code = _mm512_mask_add_epi8(c0, up, c0, one);
+  } else {
+    const __m512i c0 =
+        _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code0[0], r, s.code0[1]),
+                               _mm512_permutex2var_epi8(s.code0[2], r, s.code0[3]));
+    const __m512i c1 =
+        _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(s.code1[0], r, s.code1[1]),
+                               _mm512_permutex2var_epi8(s.code1[2], r, s.code1[3]));
+    code = _mm512_mask_blend_epi8(up, c0, c1);
+  }
   if (kSignFix && s.sign_fix) {
     // x * q[code] < 0 (as the reference computes it): one step toward x's sign, clamped.
     __m512 qc[4];

@@ -599,6 +599,16 @@ FUSEKIT_QUANT_VBMI HWY_INLINE __m512i LoadFullCodes(const uint8_t *p) {
   }
 }
 
+// A row's D codes: the full-width load (kFull: D == kBytes), else the masked one.
+template <bool kFull, int kBytes>
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i RowCodes(const uint8_t *p, int64_t D) {
+  if constexpr (kFull) {
+    return LoadFullCodes<kBytes>(p);
+  } else {
+    return LoadCodes(p, D);
+  }
+}
+
 // kFull: D is exactly 16 kSlotVecs (the common widths 16 and 32: no masks, no tails).
 template <typename T, typename G, int kSlotVecs, bool kSignFix, bool kFull>
 FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, const BytePlanes &pm,
@@ -608,13 +618,7 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
   constexpr float kInf = std::numeric_limits<float>::infinity();
   constexpr int kL = 16 * kSlotVecs;  // lanes per slot
   const int64_t D = kFull ? kL : a.dim;
-  auto codes_of = [&](const uint8_t *p) {
-    if constexpr (kFull) {
-      return LoadFullCodes<kL>(p);
-    } else {
-      return LoadCodes(p, D);
-    }
-  };
+
   const __mmask16 last = LaneMask(D - 16 * (kSlotVecs - 1));  // valid lanes of a row's last vector
   alignas(64) float gbuf[2][kL + 16];
   Tile<kSlotVecs> tile;
@@ -626,24 +630,16 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
     if (n == 1) rows[1] = rows[0];  // computed twice, stored once
     // Both rows' codes in one vector per map: row 0 in the low half, row 1 in the high half.
     __m512 qm[4], qv[4];
+    const __m512i cm0 = RowCodes<kFull, kL>(rows[0].mc, D),
+                  cm1 = RowCodes<kFull, kL>(rows[1].mc, D);
+    const __m512i cv0 = RowCodes<kFull, kL>(rows[0].vc, D),
+                  cv1 = RowCodes<kFull, kL>(rows[1].vc, D);
     if constexpr (kSlotVecs == 2) {
-      Dequant64(pm,
-                _mm512_inserti64x4(codes_of(rows[0].mc),
-                                   _mm512_castsi512_si256(codes_of(rows[1].mc)), 1),
-                qm);
-      Dequant64(pv,
-                _mm512_inserti64x4(codes_of(rows[0].vc),
-                                   _mm512_castsi512_si256(codes_of(rows[1].vc)), 1),
-                qv);
+      Dequant64(pm, _mm512_inserti64x4(cm0, _mm512_castsi512_si256(cm1), 1), qm);
+      Dequant64(pv, _mm512_inserti64x4(cv0, _mm512_castsi512_si256(cv1), 1), qv);
     } else {
-      Dequant32(pm,
-                _mm512_inserti32x4(codes_of(rows[0].mc),
-                                   _mm512_castsi512_si128(codes_of(rows[1].mc)), 1),
-                qm);
-      Dequant32(pv,
-                _mm512_inserti32x4(codes_of(rows[0].vc),
-                                   _mm512_castsi512_si128(codes_of(rows[1].vc)), 1),
-                qv);
+      Dequant32(pm, _mm512_inserti32x4(cm0, _mm512_castsi512_si128(cm1), 1), qm);
+      Dequant32(pv, _mm512_inserti32x4(cv0, _mm512_castsi512_si128(cv1), 1), qv);
     }
     __m512 m[2][kSlotVecs], v[2][kSlotVecs], w[2][kSlotVecs];
     __m512 am[2], av[2];
@@ -729,13 +725,15 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
   constexpr float kInf = std::numeric_limits<float>::infinity();
   int64_t skipped = 0;
   const int64_t D = a.dim;
-  if (kMode > 0 && D <= 32) {
+  // The tile path for the common maps (the 16-bit search without m's sign fix); one
+  // instantiation without masks for the seed's D = 32. (Maps where the sign fix acts, or whose
+  // thresholds share buckets, take the staged path below: fewer instantiations to compile.)
+  if (kMode == 1 && D <= 32) {
     const Search16Tables &sm = pt.s16_m, &sv = pt.s16_v;
-    constexpr bool kFix = kMode == 2;
-    if (D == 32) return TileRows<T, G, 2, kFix, true>(a, pm, pv, sm, sv, c, var_limit, begin, end);
-    if (D == 16) return TileRows<T, G, 1, kFix, true>(a, pm, pv, sm, sv, c, var_limit, begin, end);
-    if (D < 16) return TileRows<T, G, 1, kFix, false>(a, pm, pv, sm, sv, c, var_limit, begin, end);
-    return TileRows<T, G, 2, kFix, false>(a, pm, pv, sm, sv, c, var_limit, begin, end);
+    if (D == 32) return TileRows<T, G, 2, false, true>(a, pm, pv, sm, sv, c, var_limit, begin, end);
+    if (D <= 16)
+      return TileRows<T, G, 1, false, false>(a, pm, pv, sm, sv, c, var_limit, begin, end);
+    return TileRows<T, G, 2, false, false>(a, pm, pv, sm, sv, c, var_limit, begin, end);
   }
   Searcher<kMode> search;
   search.map_m = &a.map_m;
