@@ -386,6 +386,17 @@ def bench_lazy_adam(rec: Recorder, cfg) -> None:
                                              f"{ft.hugepage_backed_fraction(fk_param.data):.0%}"}))
     else:
         rec.skip(sec, case, "fusekit.torch.SparseAdam", why)
+    # fusekit.torch.SparseAdam8bit: the same step with 8-bit state (2 D + 8 bytes a row, packed).
+    SparseAdam8bit, why8 = _fusekit_torch("SparseAdam8bit")
+    if SparseAdam8bit is not None:
+        p8 = torch.nn.Parameter(init.clone())
+        p8.grad = sparse_grad()
+        opt8 = SparseAdam8bit([p8], lr=1e-3)
+        keep.append((p8, opt8))
+        impls.append(Impl("fusekit.torch.SparseAdam8bit", opt8.step,
+                          metrics=lambda t, o=opt8: {"state B/row": f"{o.state_bytes() / R:.1f}"}))
+    else:
+        rec.skip(sec, case, "fusekit.torch.SparseAdam8bit", why8)
     # The raw operator on torch's tensors (4 KiB pages unless THP is "always") and on huge pages.
     for label, alloc in (("4 KiB pages", torch.zeros), ("huge pages", zeros_hugepage)):
         var, m, v = alloc((R, D)), alloc((R, D)), alloc((R, D))
@@ -416,6 +427,9 @@ def bench_lazy_adam(rec: Recorder, cfg) -> None:
     fk = res.get("fusekit.torch.SparseAdam", rawhp)
     rec.compare(fk, res["torch.optim.SparseAdam"], min_speedup=10, target=">= 10x")
     rec.compare(fk, res.get("torch.optim.Adam(fused) dense"), min_speedup=1.0, target="> 1x")
+    rec.compare(res.get("fusekit.torch.SparseAdam8bit"), fk, min_speedup=1.0,
+                target="8-bit state no slower than float32 (#11)")
+    rec.compare(res.get("fusekit.torch.SparseAdam8bit"), res["torch.optim.SparseAdam"])
     rec.compare(raw4k, res["torch.optim.SparseAdam"])
     rec.compare(rawhp, raw4k, target="page effect")
 

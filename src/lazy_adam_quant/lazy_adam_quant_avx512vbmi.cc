@@ -530,8 +530,8 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void StoreSlotCodes(__m512i codes, int slot, int64
 
 // Searches the tile (both maps, 128 lanes of each per pass) and stores the codes of its slots.
 template <int kSlotVecs, bool kSignFix>
-FUSEKIT_QUANT_VBMI HWY_INLINE void FlushTile(const Search16Tables &sm, const Search16Tables &sv,
-                                             int64_t D, Tile<kSlotVecs> &t) {
+FUSEKIT_QUANT_VBMI HWY_NOINLINE void FlushTile(const Search16Tables &sm, const Search16Tables &sv,
+                                               int64_t D, Tile<kSlotVecs> &t) {
   using TileT = Tile<kSlotVecs>;
   if (t.n == 0) return;
   for (int i = t.n; i < TileT::kSlots; ++i) {
