@@ -25,6 +25,7 @@
 
 #include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
 #include "common/parallel.h"
+#include "common/quant_run_tables.h"
 
 namespace fusekit {
 namespace {
@@ -34,28 +35,6 @@ constexpr int64_t kBlock = kAdamWQuantBlockSize;
 // Tensors from this many elements on use the lookup tables by default.
 constexpr int64_t kTableMinElements = 65536;
 
-using PrepareFn = void (*)(const QuantMapTables &, const QuantMapTables &, void *);
-
-// The search tables of one m map and one v map, and what a kernel derived from them.
-struct TableCache {
-  alignas(64) unsigned char search[2][kQuantSearchBytes];  // [0]: m (for_m), [1]: v; q comes first
-  alignas(64) unsigned char prepared[kAdamWQuantPreparedBytes];
-  QuantMapTables tables[2];
-  bool valid[2] = {false, false};
-  PrepareFn prepared_by = nullptr;  // the function whose tables `prepared` holds, for tables[]
-};
-
-// This thread's cache (null if it could not be allocated: the run then builds in its workspace).
-TableCache *thread_cache() {
-  thread_local std::unique_ptr<TableCache> cache;
-  thread_local bool tried = false;
-  if (!tried) {
-    tried = true;
-    cache.reset(new (std::nothrow) TableCache);
-  }
-  return cache.get();
-}
-
 // The workspace: room for the tables when the thread has no cache, then the two lookup tables.
 struct WorkspaceLayout {
   size_t fallback = 0, lut = 0, total = 0;
@@ -63,36 +42,9 @@ struct WorkspaceLayout {
 WorkspaceLayout layout_for(bool with_tables) {
   WorkspaceLayout w;
   w.fallback = 0;
-  w.lut = align_up(sizeof(TableCache));
+  w.lut = align_up(sizeof(QuantTableCache));
   w.total = w.lut + (with_tables ? 2 * quant_lut_bytes() : 0) + kWorkspaceAlign;
   return w;
-}
-
-// Phase two's check of a map, on its local copy: 256 finite floats, ascending.
-Status check_map(const float *p, const char *name) {
-  for (int i = 0; i < kQuantMapSize; ++i) {
-    const float x = p[i];
-    if (!std::isfinite(x)) {
-      return Status::Invalid(
-          str_cat(kOp, ": ", name, "[", i, "] = ", x, " is not finite; nothing was modified"));
-    }
-    if (i > 0 && x < p[i - 1]) {
-      return Status::Invalid(str_cat(kOp, ": ", name, "[", i, "] = ", x, " is less than ", name,
-                                     "[", i - 1, "] = ", p[i - 1],
-                                     "; the map must be ascending; nothing was modified"));
-    }
-  }
-  return Status::Ok();
-}
-
-void read_map(const TensorView &q, float *out) {
-  const float *p = q.as<const float>();
-  const int64_t s = q.strides[0];
-  if (s == 1) {
-    std::memcpy(out, p, kQuantMapSize * sizeof(float));
-  } else {
-    for (int i = 0; i < kQuantMapSize; ++i) out[i] = p[i * s];
-  }
 }
 
 // Element offsets of the flat (row-major) indices [start, start + count) of a view.
@@ -166,33 +118,15 @@ Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQ
 
   // ---- check: both maps, read once ----
   alignas(64) float maps[2][kQuantMapSize];
-  read_map(t.qmap_m, maps[0]);
-  read_map(t.qmap_v, maps[1]);
-  FUSEKIT_RETURN_IF_ERROR(check_map(maps[0], "qmapM"));
-  FUSEKIT_RETURN_IF_ERROR(check_map(maps[1], "qmapV"));
+  FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
   timer.stage("check");
   const int64_t n = p.n, blocks = p.blocks;
   if (n == 0) return Status::Ok();
 
   // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
-  TableCache *cache = thread_cache();
-  if (cache == nullptr) cache = ::new (ctx.workspace) TableCache;
-  bool built = false;
-  for (int r = 0; r < 2; ++r) {
-    if (cache->valid[r] &&
-        std::memcmp(cache->search[r], maps[r], kQuantMapSize * sizeof(float)) == 0) {
-      continue;
-    }
-    build_quant_search(maps[r], 1, r == 0, cache->search[r], &cache->tables[r]);
-    cache->valid[r] = true;
-    cache->prepared_by = nullptr;
-    built = true;
-  }
-  if (kernel.prepare != nullptr && cache->prepared_by != kernel.prepare) {
-    kernel.prepare(cache->tables[0], cache->tables[1], cache->prepared);
-    cache->prepared_by = kernel.prepare;
-    built = true;
-  }
+  QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kApplyAdamWQuant);
+  if (cache == nullptr) cache = ::new (ctx.workspace) QuantTableCache;
+  bool built = refresh_quant_tables(cache, maps, kernel.prepare);
   AdamWQuantArgs a;
   a.map_m = cache->tables[0];
   a.map_v = cache->tables[1];

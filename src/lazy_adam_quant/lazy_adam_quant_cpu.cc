@@ -17,6 +17,7 @@
 #include <memory>
 #include <new>
 
+#include "common/quant_run_tables.h"
 #include "common/row_groups.h"
 #include "lazy_adam_quant/lazy_adam_quant_impl.h"
 
@@ -26,29 +27,6 @@ namespace {
 constexpr const char *kOp = "LazyAdamQuant";
 // Steps of this many elements (N * D) on use the lookup tables by default (cpu_hwy).
 constexpr int64_t kTableMinElements = 65536;
-
-using PrepareFn = void (*)(const QuantMapTables &, const QuantMapTables &, void *);
-
-// The search tables of one m map and one v map, and what a kernel derived from them (as
-// ApplyAdamWQuant's CPU run keeps them): a pure function of the maps' bits.
-struct TableCache {
-  alignas(64) unsigned char search[2][kQuantSearchBytes];  // [0]: m (for_m), [1]: v; q comes first
-  alignas(64) unsigned char prepared[kQuantVbmiTablesBytes];
-  QuantMapTables tables[2];
-  bool valid[2] = {false, false};
-  PrepareFn prepared_by = nullptr;  // the function whose tables `prepared` holds, for tables[]
-};
-
-// This thread's cache (null if it could not be allocated: the run then builds in its workspace).
-TableCache *thread_cache() {
-  thread_local std::unique_ptr<TableCache> cache;
-  thread_local bool tried = false;
-  if (!tried) {
-    tried = true;
-    cache.reset(new (std::nothrow) TableCache);
-  }
-  return cache.get();
-}
 
 // The workspace: the check and group stages' part, room for the tables when the thread has no
 // cache, the two lookup tables (cpu_hwy with the table search), one kernel scratch per thread.
@@ -62,7 +40,7 @@ WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with
   w.groups = row_groups_layout(p.n, p.rows, threads);
   size_t off = w.groups.total;
   w.fallback = off;
-  off += align_up(sizeof(TableCache));
+  off += align_up(sizeof(QuantTableCache));
   w.lut = off;
   if (with_lut) off += 2 * quant_lut_bytes();
   w.scratch = off;
@@ -70,33 +48,6 @@ WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with
   off += w.scratch_per_thread * static_cast<size_t>(threads);
   w.total = off + kWorkspaceAlign;  // room to align the caller's pointer
   return w;
-}
-
-// Phase two's check of a map, on its local copy: 256 finite floats, ascending.
-Status check_map(const float *q, const char *name) {
-  for (int i = 0; i < kQuantMapSize; ++i) {
-    const float x = q[i];
-    if (!std::isfinite(x)) {
-      return Status::Invalid(
-          str_cat(kOp, ": ", name, "[", i, "] = ", x, " is not finite; nothing was modified"));
-    }
-    if (i > 0 && x < q[i - 1]) {
-      return Status::Invalid(str_cat(kOp, ": ", name, "[", i, "] = ", x, " is less than ", name,
-                                     "[", i - 1, "] = ", q[i - 1],
-                                     "; the map must be ascending; nothing was modified"));
-    }
-  }
-  return Status::Ok();
-}
-
-void read_map(const TensorView &q, float *out) {
-  const float *p = q.as<const float>();
-  const int64_t s = q.strides[0];
-  if (s == 1) {
-    std::memcpy(out, p, kQuantMapSize * sizeof(float));
-  } else {
-    for (int i = 0; i < kQuantMapSize; ++i) out[i] = p[i * s];
-  }
 }
 
 }  // namespace
@@ -121,10 +72,7 @@ Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyA
 
   // ---- check: both maps, read once; then every index ----
   alignas(64) float maps[2][kQuantMapSize];
-  read_map(t.qmap_m, maps[0]);
-  read_map(t.qmap_v, maps[1]);
-  FUSEKIT_RETURN_IF_ERROR(check_map(maps[0], "qmapM"));
-  FUSEKIT_RETURN_IF_ERROR(check_map(maps[1], "qmapV"));
+  FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
   if (n == 0) {
     timer.stage("check");
     return Status::Ok();
@@ -140,24 +88,9 @@ Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyA
   if (p.d == 0) return Status::Ok();
 
   // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
-  TableCache *cache = thread_cache();
-  if (cache == nullptr) cache = ::new (base + w.fallback) TableCache;
-  bool built = false;
-  for (int r = 0; r < 2; ++r) {
-    if (cache->valid[r] &&
-        std::memcmp(cache->search[r], maps[r], kQuantMapSize * sizeof(float)) == 0) {
-      continue;
-    }
-    build_quant_search(maps[r], 1, r == 0, cache->search[r], &cache->tables[r]);
-    cache->valid[r] = true;
-    cache->prepared_by = nullptr;
-    built = true;
-  }
-  if (kernel.prepare != nullptr && cache->prepared_by != kernel.prepare) {
-    kernel.prepare(cache->tables[0], cache->tables[1], cache->prepared);
-    cache->prepared_by = kernel.prepare;
-    built = true;
-  }
+  QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
+  if (cache == nullptr) cache = ::new (base + w.fallback) QuantTableCache;
+  bool built = refresh_quant_tables(cache, maps, kernel.prepare);
   LazyAdamQuantRowsArgs a;
   a.map_m = cache->tables[0];
   a.map_v = cache->tables[1];

@@ -1,0 +1,88 @@
+// The maps' check and the per-thread search tables of the 8-bit optimizers' CPU runs
+// (common/quant_run_tables.h).
+#include "common/quant_run_tables.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "common/str_cat.h"
+
+namespace fusekit {
+namespace {
+
+Status check_map(const char *op, const float *q, const char *name) {
+  for (int i = 0; i < kQuantMapSize; ++i) {
+    const float x = q[i];
+    if (!std::isfinite(x)) {
+      return Status::Invalid(
+          str_cat(op, ": ", name, "[", i, "] = ", x, " is not finite; nothing was modified"));
+    }
+    if (i > 0 && x < q[i - 1]) {
+      return Status::Invalid(str_cat(op, ": ", name, "[", i, "] = ", x, " is less than ", name, "[",
+                                     i - 1, "] = ", q[i - 1],
+                                     "; the map must be ascending; nothing was modified"));
+    }
+  }
+  return Status::Ok();
+}
+
+void read_map(const TensorView &q, float *out) {
+  const float *p = q.as<const float>();
+  const int64_t s = q.strides[0];
+  if (s == 1) {
+    std::memcpy(out, p, kQuantMapSize * sizeof(float));
+  } else {
+    for (int i = 0; i < kQuantMapSize; ++i) out[i] = p[i * s];
+  }
+}
+
+template <QuantCacheUser kUser>
+QuantTableCache *cache_of() {
+  thread_local std::unique_ptr<QuantTableCache> cache;
+  thread_local bool tried = false;
+  if (!tried) {
+    tried = true;
+    cache.reset(new (std::nothrow) QuantTableCache);
+  }
+  return cache.get();
+}
+
+}  // namespace
+
+QuantTableCache *quant_thread_cache(QuantCacheUser user) {
+  return user == QuantCacheUser::kApplyAdamWQuant ? cache_of<QuantCacheUser::kApplyAdamWQuant>()
+                                                  : cache_of<QuantCacheUser::kLazyAdamQuant>();
+}
+
+Status read_quant_maps(const char *op, const TensorView &qmap_m, const TensorView &qmap_v,
+                       float maps[2][kQuantMapSize]) {
+  read_map(qmap_m, maps[0]);
+  read_map(qmap_v, maps[1]);
+  FUSEKIT_RETURN_IF_ERROR(check_map(op, maps[0], "qmapM"));
+  return check_map(op, maps[1], "qmapV");
+}
+
+bool refresh_quant_tables(QuantTableCache *cache, const float maps[2][kQuantMapSize],
+                          QuantPrepareFn prepare) {
+  bool built = false;
+  for (int r = 0; r < 2; ++r) {
+    if (cache->valid[r] &&
+        std::memcmp(cache->search[r], maps[r], kQuantMapSize * sizeof(float)) == 0) {
+      continue;
+    }
+    build_quant_search(maps[r], 1, r == 0, cache->search[r], &cache->tables[r]);
+    cache->valid[r] = true;
+    cache->prepared_by = nullptr;
+    built = true;
+  }
+  if (prepare != nullptr && cache->prepared_by != prepare) {
+    prepare(cache->tables[0], cache->tables[1], cache->prepared);
+    cache->prepared_by = prepare;
+    built = true;
+  }
+  return built;
+}
+
+}  // namespace fusekit
