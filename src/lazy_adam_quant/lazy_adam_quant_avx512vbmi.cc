@@ -670,11 +670,15 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
       am[i] = mm;
       av[i] = mv;
     }
-    alignas(64) float mx[16];
-    _mm512_store_ps(mx, Max4(am[0], av[0], am[1], av[1]));
+    // The maxima stay in vector registers: lane 4 j of mx is row j / 2's (m for even j, v for
+    // odd), each plus +0 (as the other kernels: -0 as +0); the divisors are the maxima with 0 as
+    // 1; the guard's maxima test is one compare for both rows.
+    const __m512 mx = _mm512_add_ps(Max4(am[0], av[0], am[1], av[1]), _mm512_setzero_ps());
+    const __m512 dx = _mm512_mask_mov_ps(
+        mx, _mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_EQ_OQ), _mm512_set1_ps(1.0f));
+    const __mmask16 finite = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(kInf), _CMP_LT_OQ);
     for (int i = 0; i < n; ++i) {
       const RowIn<T> &r = rows[i];
-      const float max_m = mx[8 * i] + 0.0f, max_v = mx[8 * i + 4] + 0.0f;
       // The guard: the maxima finite, and var as stored finite in every valid lane.
       __mmask16 bad = 0;
       for (int q = 0; q < kSlotVecs; ++q) {
@@ -683,18 +687,25 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
             _mm512_and_si512(_mm512_castps_si512(w[i][q]), c.magnitude), var_limit);
       }
       const int slot = tile.n++;
-      if (!(max_m < kInf && max_v < kInf) || bad != 0) {
+      const unsigned both = 0x11u << (8 * i);  // lanes 8 i and 8 i + 4
+      const __m128 mx_i = _mm512_extractf32x4_ps(mx, 0), mx_i1 = _mm512_extractf32x4_ps(mx, 1);
+      const __m128 dx_i = _mm512_extractf32x4_ps(dx, 0), dx_i1 = _mm512_extractf32x4_ps(dx, 1);
+      const __m128 mx_hi = _mm512_extractf32x4_ps(mx, 2), mx_hi1 = _mm512_extractf32x4_ps(mx, 3);
+      const __m128 dx_hi = _mm512_extractf32x4_ps(dx, 2), dx_hi1 = _mm512_extractf32x4_ps(dx, 3);
+      const __m128 max_m = i == 0 ? mx_i : mx_hi, max_v = i == 0 ? mx_i1 : mx_hi1;
+      const __m128 div_m = i == 0 ? dx_i : dx_hi, div_v = i == 0 ? dx_i1 : dx_hi1;
+      if ((static_cast<unsigned>(finite) & both) != both || bad != 0) {
         ++skipped;
         tile.mc[slot] = tile.vc[slot] = nullptr;
       } else {
         for (int q = 0; q < kSlotVecs; ++q) StoreNarrowN(w[i][q], r.var + 16 * q, D - 16 * q);
-        r.absmax_m[0] = max_m;
-        r.absmax_v[0] = max_v;
+        _mm_store_ss(r.absmax_m, max_m);
+        _mm_store_ss(r.absmax_v, max_v);
         tile.mc[slot] = r.mc;
         tile.vc[slot] = r.vc;
       }
-      tile.dm[slot] = max_m == 0.0f ? 1.0f : max_m;
-      tile.dv[slot] = max_v == 0.0f ? 1.0f : max_v;
+      _mm_store_ss(tile.dm + slot, div_m);
+      _mm_store_ss(tile.dv + slot, div_v);
       for (int q = 0; q < kSlotVecs; ++q) {
         _mm512_store_ps(tile.xm + kL * slot + 16 * q, m[i][q]);
         _mm512_store_ps(tile.xv + kL * slot + 16 * q, v[i][q]);

@@ -587,7 +587,8 @@ TEST(LazyAdamQuant, NonFiniteRowsAreLeftBitwiseUnchangedAndCounted) {
     SCOPED_TRACE(way_name(w));
     for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       SCOPED_TRACE(fusekit::dtype_name(t));
-      for (int64_t dim : {5, 40, 300}) {
+      // 5, 16, 20, 32: the row-pair kernel with its tile (32: without masks); 40, 300: staged.
+      for (int64_t dim : {5, 16, 20, 32, 40, 300}) {
         SCOPED_TRACE(dim);
         Case want = make_case(27, {200, 300, dim, 0.3}, t, DType::kFloat32);
         const float bad[] = {kNaN, kInf, -kInf};
@@ -624,23 +625,26 @@ TEST(LazyAdamQuant, AVarPushedPastWhatItsDtypeStoresIsSkipped) {
     SCOPED_TRACE(way_name(w));
     for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       SCOPED_TRACE(fusekit::dtype_name(t));
-      Case want = make_case(34, {50, 40, 40}, t, t);
-      want.lr = t == DType::kFloat16 ? 1e4f : 1e37f;
-      const float big = t == DType::kFloat16    ? 65504.0f
-                        : t == DType::kBFloat16 ? 3.3895314e38f
-                                                : std::numeric_limits<float>::max();
-      for (int64_t j = 0; j < want.dim; ++j) {
-        want.var.set(want.at(want.idx[0], j), big);
-        want.var.set(want.at(want.idx[1], j), -big);
+      for (int64_t dim : {16, 32, 40}) {
+        SCOPED_TRACE(dim);
+        Case want = make_case(34, {50, 40, dim}, t, t);
+        want.lr = t == DType::kFloat16 ? 1e4f : 1e37f;
+        const float big = t == DType::kFloat16    ? 65504.0f
+                          : t == DType::kBFloat16 ? 3.3895314e38f
+                                                  : std::numeric_limits<float>::max();
+        for (int64_t j = 0; j < want.dim; ++j) {
+          want.var.set(want.at(want.idx[0], j), big);
+          want.var.set(want.at(want.idx[1], j), -big);
+        }
+        Case got = want;
+        const OracleResult expected = oracle(want);
+        ASSERT_GE(expected.skipped, 2);
+        ASSERT_GE(expected.updated, 1);
+        LazyAdamQuantStats stats;
+        ASSERT_TRUE(run_cpp(got, options_of(got, &w), &stats).ok());
+        expect_same(got, want);
+        expect_stats(stats, expected);
       }
-      Case got = want;
-      const OracleResult expected = oracle(want);
-      ASSERT_GE(expected.skipped, 2);
-      ASSERT_GE(expected.updated, 1);
-      LazyAdamQuantStats stats;
-      ASSERT_TRUE(run_cpp(got, options_of(got, &w), &stats).ok());
-      expect_same(got, want);
-      expect_stats(stats, expected);
     }
   }
 }
