@@ -19,6 +19,9 @@
 #if FUSEKIT_FUZZ_HAVE_ADD_LORA
 #include "aclnnop/aclnn_add_lora.h"
 #endif
+#if FUSEKIT_FUZZ_HAVE_LAZY_ADAM_QUANT
+#include "aclnnop/aclnn_lazy_adam_quant.h"
+#endif
 
 namespace {
 
@@ -183,6 +186,15 @@ void run_one(const uint8_t *bytes, size_t size) {
               ex, "aclnnAddLoraGetWorkspaceSize");
   }
 #endif
+#if FUSEKIT_FUZZ_HAVE_LAZY_ADAM_QUANT
+  if (c.use & 16) {
+    ex = nullptr;
+    fz::poison();
+    phase_one(aclnnLazyAdamQuantGetWorkspaceSize(t, t, t, t, t, t, t, t, t, t, 0.9, 0.999, 1e-8,
+                                                 &ws, &ex),
+              ex, "aclnnLazyAdamQuantGetWorkspaceSize");
+  }
+#endif
   const int d = aclDestroyTensor(t);
   FZ_CHECK(d == 0, "aclDestroyTensor returned %d", d);
 }
@@ -198,7 +210,7 @@ std::vector<fz::Seed> seeds() {
         {"nom[1]", 4},
         {"dtype", 32 + ACL_FLOAT},
         {"format", 34},
-        {"use", 7}}},
+        {"use", 23}}},
       {"strided_f16",
        Expect::kAny,
        {{"rank", 2},
@@ -210,7 +222,7 @@ std::vector<fz::Seed> seeds() {
         {"dtype", 32 + ACL_FLOAT16},
         {"format", 34},
         {"snum", 1},
-        {"use", 15}}},
+        {"use", 31}}},
       {"nine_dims", Expect::kAny, {{"rank", 9}, {"dtype", 32}, {"format", 34}}},
       {"null_dims", Expect::kAny, {{"rank", 2}, {"nulldims", 250}, {"dtype", 32}}},
       {"negative_size",
@@ -223,7 +235,7 @@ std::vector<fz::Seed> seeds() {
         {"nom[1]", 2},
         {"dtype", 32},
         {"snum", 1},
-        {"use", 7}}},
+        {"use", 23}}},
       {"offset_max",
        Expect::kAny,
        {{"rank", 1},
@@ -238,7 +250,7 @@ std::vector<fz::Seed> seeds() {
         {"offset", fz::offset_code(fz::kI64Max / 4 + 1)},
         {"dtype", 32},
         {"snum", 1},
-        {"use", 7}}},
+        {"use", 23}}},
       {"negative_stride",
        Expect::kAny,
        {{"rank", 2},
@@ -258,7 +270,7 @@ std::vector<fz::Seed> seeds() {
         {"s[1]", 161},
         {"dtype", 32},
         {"snum", 1},
-        {"use", 7}}},
+        {"use", 23}}},
       {"huge_stride",
        Expect::kAny,
        {{"rank", 2},
@@ -281,7 +293,7 @@ std::vector<fz::Seed> seeds() {
        {{"rank", 1}, {"nom[0]", 4}, {"dtype", 32}, {"snum", 2}, {"snull", 250}}},
       {"null_data",
        Expect::kAny,
-       {{"rank", 1}, {"nom[0]", 4}, {"dtype", 32}, {"snum", 1}, {"data", 230}, {"use", 7}}},
+       {{"rank", 1}, {"nom[0]", 4}, {"dtype", 32}, {"snum", 1}, {"data", 230}, {"use", 23}}},
       {"misaligned_data",
        Expect::kAny,
        {{"rank", 1},
@@ -289,7 +301,7 @@ std::vector<fz::Seed> seeds() {
         {"dtype", 32 + ACL_INT64},
         {"snum", 1},
         {"data", 243},
-        {"use", 7}}},
+        {"use", 23}}},
       {"unknown_dtype_format",
        Expect::kAny,
        {{"rank", 1},
@@ -297,7 +309,7 @@ std::vector<fz::Seed> seeds() {
         {"dtype", 32 + 13},
         {"format", 32 + 29},
         {"snum", 1},
-        {"use", 15}}},
+        {"use", 31}}},
   };
 }
 
