@@ -687,13 +687,12 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
             _mm512_and_si512(_mm512_castps_si512(w[i][q]), c.magnitude), var_limit);
       }
       const int slot = tile.n++;
-      const unsigned both = 0x11u << (8 * i);  // lanes 8 i and 8 i + 4
-      const __m128 mx_i = _mm512_extractf32x4_ps(mx, 0), mx_i1 = _mm512_extractf32x4_ps(mx, 1);
-      const __m128 dx_i = _mm512_extractf32x4_ps(dx, 0), dx_i1 = _mm512_extractf32x4_ps(dx, 1);
-      const __m128 mx_hi = _mm512_extractf32x4_ps(mx, 2), mx_hi1 = _mm512_extractf32x4_ps(mx, 3);
-      const __m128 dx_hi = _mm512_extractf32x4_ps(dx, 2), dx_hi1 = _mm512_extractf32x4_ps(dx, 3);
-      const __m128 max_m = i == 0 ? mx_i : mx_hi, max_v = i == 0 ? mx_i1 : mx_hi1;
-      const __m128 div_m = i == 0 ? dx_i : dx_hi, div_v = i == 0 ? dx_i1 : dx_hi1;
+      // Row i's m and v maxima in lane 0 of these (the extracts take immediates only).
+      const __m128 max_m = i == 0 ? _mm512_extractf32x4_ps(mx, 0) : _mm512_extractf32x4_ps(mx, 2);
+      const __m128 max_v = i == 0 ? _mm512_extractf32x4_ps(mx, 1) : _mm512_extractf32x4_ps(mx, 3);
+      const __m128 div_m = i == 0 ? _mm512_extractf32x4_ps(dx, 0) : _mm512_extractf32x4_ps(dx, 2);
+      const __m128 div_v = i == 0 ? _mm512_extractf32x4_ps(dx, 1) : _mm512_extractf32x4_ps(dx, 3);
+      const unsigned both = 0x11u << (8 * i);  // lanes 8 i and 8 i + 4 of `finite`
       if ((static_cast<unsigned>(finite) & both) != both || bad != 0) {
         ++skipped;
         tile.mc[slot] = tile.vc[slot] = nullptr;
