@@ -291,14 +291,10 @@ Status AddLora::run(const AddLoraTensors &tensors, void *workspace, size_t works
   st = AddLoraStats();
   if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
   FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
-  RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(
-      aligned_workspace(kOp, workspace, workspace_size, workspace_bytes_, &ctx.workspace));
-  ctx.workspace_size = workspace_bytes_;
-  ctx.threads = threads_;
-  ctx.stream = stream;
   StageTimer timer;
-  ctx.timer = &timer;
+  RunContext ctx;
+  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
+                                           threads_, stream, &timer, &ctx));
   FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, ctx, &st));
   if (timer.on()) {
     const AddLoraProblem &p = problem_;
@@ -331,12 +327,9 @@ Status add_lora(const TensorView &y, const TensorView &x, const TensorView &weig
                 const AddLoraOptions &options, AddLoraStats *stats) {
   AddLora plan;
   FUSEKIT_RETURN_IF_ERROR(AddLora::plan(y, x, weight_b, indices, weight_a, out, options, &plan));
-  std::unique_ptr<char[]> workspace(new (std::nothrow) char[plan.workspace_size()]);
-  if (!workspace) {
-    return Status::Runtime(
-        str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
-  }
-  return plan.run(workspace.get(), plan.workspace_size(), stats);
+  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
+    return plan.run(workspace, plan.workspace_size(), stats);
+  });
 }
 
 }  // namespace fusekit

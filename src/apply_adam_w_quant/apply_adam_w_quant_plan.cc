@@ -244,12 +244,8 @@ Status ApplyAdamWQuant::run(const ApplyAdamWQuantTensors &tensors,
   FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "step", s.step_tensor, DType::kInt64, &s.step));
   FUSEKIT_RETURN_IF_ERROR(check_adam_step(kOp, s.step));
   RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(
-      aligned_workspace(kOp, workspace, workspace_size, workspace_bytes_, &ctx.workspace));
-  ctx.workspace_size = workspace_bytes_;
-  ctx.threads = threads_;
-  ctx.stream = stream;
-  ctx.timer = &timer;
+  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
+                                           threads_, stream, &timer, &ctx));
   timer.stage("bind");
   FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
   if (timer.on()) {
@@ -282,15 +278,9 @@ Status apply_adam_w_quant_step(const TensorView &var, const TensorView &grad, co
   ApplyAdamWQuant plan;
   FUSEKIT_RETURN_IF_ERROR(
       ApplyAdamWQuant::plan(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, options, &plan));
-  std::unique_ptr<char[]> workspace;
-  if (plan.workspace_size() > 0) {
-    workspace.reset(new (std::nothrow) char[plan.workspace_size()]);
-    if (!workspace) {
-      return Status::Runtime(
-          str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
-    }
-  }
-  return plan.run(step, workspace.get(), plan.workspace_size(), stats);
+  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
+    return plan.run(step, workspace, plan.workspace_size(), stats);
+  });
 }
 
 }  // namespace fusekit

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -100,6 +102,33 @@ inline Status aligned_workspace(const char *op, void *workspace, size_t size, si
   const auto p = reinterpret_cast<uintptr_t>(workspace);
   *out = reinterpret_cast<char *>((p + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign);
   return Status::Ok();
+}
+
+// The context of one run: the caller's workspace (checked and aligned as above, `needed` bytes of
+// it the implementation's), the plan's threads, the stream, the run's stage timer.
+inline Status make_run_context(const char *op, void *workspace, size_t size, size_t needed,
+                               int threads, StreamHandle stream, StageTimer *timer,
+                               RunContext *ctx) {
+  FUSEKIT_RETURN_IF_ERROR(aligned_workspace(op, workspace, size, needed, &ctx->workspace));
+  ctx->workspace_size = needed;
+  ctx->threads = threads;
+  ctx->stream = stream;
+  ctx->timer = timer;
+  return Status::Ok();
+}
+
+// For the one-call entry points (a plan made, then run once): `bytes` of workspace allocated for
+// the run (none when 0) and freed after it; fn(workspace) runs the plan.
+template <class Fn>
+Status with_own_workspace(const char *op, size_t bytes, Fn &&fn) {
+  std::unique_ptr<char[]> workspace;
+  if (bytes > 0) {
+    workspace.reset(new (std::nothrow) char[bytes]);
+    if (!workspace) {
+      return Status::Runtime(str_cat(op, ": could not allocate a workspace of ", bytes, " bytes"));
+    }
+  }
+  return fn(static_cast<void *>(workspace.get()));
 }
 
 // For why_not(): null when every tensor of the list is on the CPU.

@@ -209,14 +209,10 @@ Status LazyAdam::run(const LazyAdamTensors &tensors, const LazyAdamScalars &scal
   LazyAdamScalars s = scalars;
   FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "lr", s.lr_tensor, DType::kFloat32, &s.lr));
   if (!std::isfinite(s.lr)) return Status::Invalid(str_cat(kOp, ": lr = ", s.lr, " is not finite"));
-  RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(
-      aligned_workspace(kOp, workspace, workspace_size, workspace_bytes_, &ctx.workspace));
-  ctx.workspace_size = workspace_bytes_;
-  ctx.threads = threads_;
-  ctx.stream = stream;
   StageTimer timer;
-  ctx.timer = &timer;
+  RunContext ctx;
+  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
+                                           threads_, stream, &timer, &ctx));
   FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
   if (timer.on()) {
     verbose_print(str_cat(kOp, ",N=", problem_.n, ",R=", problem_.rows, ",D=", problem_.d,
@@ -244,15 +240,9 @@ Status lazy_adam_step(const TensorView &gradient, const TensorView &indices, con
                       const LazyAdamOptions &options, LazyAdamStats *stats) {
   LazyAdam plan;
   FUSEKIT_RETURN_IF_ERROR(LazyAdam::plan(gradient, indices, m, v, var, options, &plan));
-  std::unique_ptr<char[]> workspace;
-  if (plan.workspace_size() > 0) {
-    workspace.reset(new (std::nothrow) char[plan.workspace_size()]);
-    if (!workspace) {
-      return Status::Runtime(
-          str_cat(kOp, ": could not allocate a workspace of ", plan.workspace_size(), " bytes"));
-    }
-  }
-  return plan.run(lr, workspace.get(), plan.workspace_size(), stats);
+  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
+    return plan.run(lr, workspace, plan.workspace_size(), stats);
+  });
 }
 
 }  // namespace fusekit
