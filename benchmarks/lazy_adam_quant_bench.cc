@@ -28,6 +28,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/ceilings.h"
 #include "common/parallel.h"
 #include "fusekit/float16.h"
@@ -171,46 +175,139 @@ struct QuantData {
   }
 };
 
-// The floor: the 8-bit step's rows read and written with no arithmetic to speak of (var <- the
-// larger bits of var and the gradient, both positive floats; the two code rows swapped; the two
-// absmax values swapped: the state stays valid for the next step), in batch order, with the
-// kernel's prefetch distance and threads.
-template <typename E>
+// The floor: the 8-bit step's bytes moved with nothing else: per entry the gradient row read and
+// the var row, both code rows and both absmax rows read and written back, 16 bytes at a time, in
+// batch order, with the kernel's prefetch distance and threads. The values written are the values
+// read (the state stays valid for the steps after it), each combined with a zero drawn from the
+// row's gradient that the compiler cannot see through, so that nothing is left out and the stores
+// wait on the loads as in a step.
+//
+// Chunks of 16 bytes: an SSE2 vector where there is one, else two words.
+#if defined(__SSE2__)
+using Chunk = __m128i;
+Chunk load_chunk(const char *p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+}
+void store_chunk(char *p, Chunk x) {
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(p), x);
+}
+Chunk mix(Chunk a, Chunk b) {
+  return _mm_xor_si128(a, b);
+}
+Chunk both(Chunk a, Chunk b) {
+  return _mm_and_si128(a, b);
+}
+uint32_t low_word(Chunk x) {
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(x));
+}
+Chunk with_low_word(uint32_t w) {
+  return _mm_cvtsi32_si128(static_cast<int>(w));
+}
+Chunk opaque_zero() {
+  Chunk z = _mm_setzero_si128();
+  asm volatile("" : "+x"(z));
+  return z;
+}
+#else
+struct Chunk {
+  uint64_t w[2];
+};
+Chunk load_chunk(const char *p) {
+  Chunk x;
+  std::memcpy(&x, p, 16);
+  return x;
+}
+void store_chunk(char *p, Chunk x) {
+  std::memcpy(p, &x, 16);
+}
+Chunk mix(Chunk a, Chunk b) {
+  return {{a.w[0] ^ b.w[0], a.w[1] ^ b.w[1]}};
+}
+Chunk both(Chunk a, Chunk b) {
+  return {{a.w[0] & b.w[0], a.w[1] & b.w[1]}};
+}
+uint32_t low_word(Chunk x) {
+  return static_cast<uint32_t>(x.w[0]);
+}
+Chunk with_low_word(uint32_t w) {
+  return {{w, 0}};
+}
+Chunk opaque_zero() {
+  Chunk z{{0, 0}};
+  asm volatile("" : "+r"(z.w[0]), "+r"(z.w[1]));
+  return z;
+}
+#endif
+
+// The XOR of bytes [p, p + n) as chunks (a tail of under 16 bytes folded into the low word).
+Chunk fold_bytes(const char *p, int64_t n) {
+  Chunk acc = opaque_zero();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) acc = mix(acc, load_chunk(p + j));
+  uint32_t w = 0;  // the tail as words, then bytes, into the low word
+  for (; j + 4 <= n; j += 4) {
+    uint32_t x;
+    std::memcpy(&x, p + j, 4);
+    w ^= x;
+  }
+  for (; j < n; ++j) w ^= static_cast<uint8_t>(p[j]);
+  return mix(acc, with_low_word(w));
+}
+// Zero, from x (the stores that use it wait for x's loads), in a way the compiler cannot fold.
+Chunk only_zero(Chunk x) {
+  return both(x, opaque_zero());
+}
+
+// Bytes [p, p + n) read and written back, each chunk XORed with `zero`.
+void rewrite_bytes(char *p, int64_t n, Chunk zero) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) store_chunk(p + j, mix(load_chunk(p + j), zero));
+  // The tail (absmax rows, rows of codes not a multiple of 16) as words, then bytes.
+  const uint32_t zw = low_word(zero);
+  for (; j + 4 <= n; j += 4) {
+    uint32_t w;
+    std::memcpy(&w, p + j, 4);
+    w ^= zw;
+    std::memcpy(p + j, &w, 4);
+  }
+  for (; j < n; ++j) p[j] = static_cast<char>(p[j] ^ static_cast<char>(zw));
+}
+
 void rmw_floor(QuantData &q) {
   const int64_t n = q.n, D = q.dim, B = q.blocks;
+  const int64_t row_bytes = D * static_cast<int64_t>(q.es), code_bytes = D, absmax_bytes = 4 * B;
   const int32_t *order = q.idx.as<const int32_t>();
-  const E *g = q.grad.as<const E>();
-  E *var = q.var.as<E>();
-  uint8_t *m = q.mp, *v = q.vp;
-  auto *am = reinterpret_cast<uint32_t *>(q.amp), *av = reinterpret_cast<uint32_t *>(q.avp);
-  const int64_t cs = q.code_stride, as = q.absmax_stride;
-  const int64_t ahead = std::clamp<int64_t>(2048 / (D * static_cast<int64_t>(sizeof(E))), 2, 16);
+  const char *g = static_cast<const char *>(q.grad.ptr);
+  char *var = static_cast<char *>(q.var.ptr);
+  char *m = reinterpret_cast<char *>(q.mp), *v = reinterpret_cast<char *>(q.vp);
+  char *am = reinterpret_cast<char *>(q.amp), *av = reinterpret_cast<char *>(q.avp);
+  const int64_t cs = q.code_stride, as = 4 * q.absmax_stride;
+  const int64_t ahead = std::clamp<int64_t>(2048 / row_bytes, 2, 16);
+  auto prefetch = [](const char *p, int64_t bytes) {  // each cache line of the range once
+    const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+    const auto last =
+        (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1) & ~uintptr_t{63};
+    for (uintptr_t line = first; line <= last; line += 64)
+      __builtin_prefetch(reinterpret_cast<const char *>(line));
+  };
   fusekit::parallel_for(n, fusekit::num_threads(), 4096, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       if (i + ahead < n) {
         const int64_t r = order[i + ahead];
-        for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(E)); off += 64) {
-          __builtin_prefetch(reinterpret_cast<const char *>(var + r * D) + off, 1);
-          __builtin_prefetch(reinterpret_cast<const char *>(g + (i + ahead) * D) + off, 0);
-        }
-        for (int64_t off = 0; off < D; off += 64) {
-          __builtin_prefetch(m + r * cs + off, 1);
-          __builtin_prefetch(v + r * cs + off, 1);
-        }
-        __builtin_prefetch(am + r * as, 1);
-        __builtin_prefetch(av + r * as, 1);
+        prefetch(g + (i + ahead) * row_bytes, row_bytes);
+        prefetch(var + r * row_bytes, row_bytes);
+        prefetch(m + r * cs, code_bytes);
+        prefetch(v + r * cs, code_bytes);
+        prefetch(am + r * as, absmax_bytes);
+        prefetch(av + r * as, absmax_bytes);
       }
       const int64_t r = order[i];
-      const E *gi = g + i * D;
-      E *wr = var + r * D;
-      uint8_t *mr = m + r * cs, *vr = v + r * cs;
-      for (int64_t j = 0; j < D; ++j) {
-        wr[j] = std::max(wr[j], gi[j]);  // both positive floats: a valid float, no arithmetic
-        const uint8_t mo = mr[j];
-        mr[j] = vr[j];
-        vr[j] = mo;
-      }
-      for (int64_t b = 0; b < B; ++b) std::swap(am[r * as + b], av[r * as + b]);
+      const Chunk z = only_zero(fold_bytes(g + i * row_bytes, row_bytes));
+      rewrite_bytes(var + r * row_bytes, row_bytes, z);
+      rewrite_bytes(m + r * cs, code_bytes, z);
+      rewrite_bytes(v + r * cs, code_bytes, z);
+      rewrite_bytes(am + r * as, absmax_bytes, z);
+      rewrite_bytes(av + r * as, absmax_bytes, z);
     }
   });
 }
@@ -264,13 +361,7 @@ void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed) {
 #endif
   std::vector<double> t_op, t_floor, t_f32;
   for (auto _ : state) {
-    t_floor.push_back(seconds_of([&] {
-      if (dtype == DType::kFloat32) {
-        rmw_floor<uint32_t>(q);
-      } else {
-        rmw_floor<uint16_t>(q);
-      }
-    }));
+    t_floor.push_back(seconds_of([&] { rmw_floor(q); }));
 #if FUSEKIT_BENCH_WITH_LAZY_ADAM
     t_f32.push_back(seconds_of([&] {
       benchmark::DoNotOptimize(f.plan.run(1e-3f, ws32.ptr, f.plan.workspace_size()).ok());
