@@ -93,7 +93,11 @@ bool TensorView::overlaps(const TensorView &other) const {
       es == static_cast<int64_t>(dtype_size(other.dtype)) && inner_contiguous() &&
       other.inner_contiguous() && strides[0] == other.strides[0] && strides[0] >= shape[1] &&
       strides[0] >= other.shape[1] && strides[0] > 0) {
-    const int64_t row_bytes = strides[0] * es;
+    // A row stride whose bytes overflow 64 bits belongs to a view of a single row (no storage
+    // reaches a second one: aclCreateTensor and the operators' checks refuse it); for two single
+    // rows, contiguous, the byte ranges above already tell.
+    int64_t row_bytes = 0;
+    if (__builtin_mul_overflow(strides[0], es, &row_bytes)) return true;
     const int64_t diff = static_cast<int64_t>(reinterpret_cast<uintptr_t>(other.data) -
                                               reinterpret_cast<uintptr_t>(data));
     const int64_t delta = ((diff % row_bytes) + row_bytes) % row_bytes;

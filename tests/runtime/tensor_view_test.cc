@@ -27,4 +27,18 @@ TEST(TensorView, ContiguityAndOverlap) {
   EXPECT_FALSE(whole.overlaps(other));  // empty views overlap nothing
 }
 
+// A single row with a row stride whose bytes overflow int64 (fuzz_create_tensor's finding of
+// 2026-12-02: 2^61 float elements): no overflow, and the byte ranges decide.
+TEST(TensorView, OverlapWithAHugeRowStride) {
+  std::vector<float> buf(16);
+  constexpr int64_t kHuge = int64_t{1} << 61;
+  auto a = TensorView::strided(buf.data(), DType::kFloat32, {1, 8}, {kHuge, 1});
+  auto b = TensorView::strided(buf.data() + 4, DType::kFloat32, {1, 8}, {kHuge, 1});
+  auto c = TensorView::strided(buf.data() + 8, DType::kFloat32, {1, 8}, {kHuge, 1});
+  EXPECT_TRUE(a.overlaps(b));
+  EXPECT_TRUE(b.overlaps(a));
+  EXPECT_FALSE(a.overlaps(c));
+  EXPECT_FALSE(c.overlaps(a));
+}
+
 }  // namespace
