@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -UFUSEKIT_OPS >/dev/null  # every operator
-cmake --build build -j "$(nproc)"
+build=$(bash scripts/configure.sh release | tail -1)  # every operator
+cmake --build "$build" -j "$(nproc)"
 mkdir -p out/bench
 if [ "${1:-}" = "--busy" ]; then
   shift

@@ -6,8 +6,10 @@
 #                                     TSan) and OpenMP: for test.sh --clang / --tsan and fuzz.sh
 set -euo pipefail
 
+# python3-venv and python3-dev: the project's Python environments (scripts/python_env.sh) and the
+# extension's headers, for Debian's python3 (a python3 of its own, pyenv's say, carries both).
 apt_packages=(build-essential cmake ninja-build libhwy-dev libgtest-dev libgmock-dev googletest
-              libbenchmark-dev python3)
+              libbenchmark-dev python3 python3-venv python3-dev)
 if [ "${1:-}" = "--clang" ]; then
   apt_packages+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 fi
@@ -23,9 +25,5 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# NumPy for the golden scripts, into whichever python3 is first on PATH.
-if ! python3 -c "import numpy" 2>/dev/null; then
-  echo "[deps] installing numpy from PyPI"
-  python3 -m pip install --quiet numpy 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages numpy
-fi
+# Python packages are not installed here: scripts/python_env.sh builds the project's own virtual
+# environments from requirements/ (NumPy for the golden scripts among them).

@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds fusekit, runs each operator's single-operator flow
+# The main job: installs what is missing, builds fusekit, runs each operator's single-operator flow
 # (NumPy golden -> .bin files -> aclnn executable -> verifier) and prints a summary with speeds.
 #   scripts/main.sh            the seeds' shapes (ApplyAdamWQuant: 4096 x 4096, its seed example being 1 x 256)
 #   scripts/main.sh --small    reduced shapes (seconds instead of minutes)
+# The summary's time and rate are each operator's steady speed: the median of repeated calls after
+# a warm-up (tools/bin_io.h, steady_seconds); "first call" is the checked call, cold. The golden
+# scripts run in the project's own Python environment (scripts/python_env.sh core: NumPy only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=default  # each operator's main size (the seed's shape unless its golden module says otherwise)
 [ "${1:-}" = "--small" ] && size=small
+unset PYTHONPATH PYTHONHOME
+t0=$(date +%s)
 bash scripts/install_deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -UFUSEKIT_OPS >/dev/null  # every operator
-cmake --build build -j "$(nproc)"
+PY=$(bash scripts/python_env.sh core | tail -1)
+build=$(FUSEKIT_CMAKE_PYTHON=$PY bash scripts/configure.sh release | tail -1)
+cmake --build "$build" -j "$(nproc)"
+echo "[main.sh] set-up and build: $(($(date +%s) - t0)) s"
 
 status=0
 ops=()
 for op in $(grep -E '^[a-z0-9_]+$' operators.txt); do  # the operator list
-  [ -f "golden/$op.py" ] && [ -x "build/tools/run_$op" ] || continue
+  [ -f "golden/$op.py" ] && [ -x "$build/tools/run_$op" ] || continue
   ops+=("$op")
   echo "=== $op ($size) ==="
-  python3 golden/run_flow.py "$op" --build build --out "out/$op" --size "$size" || status=1
+  ts=$(date +%s)
+  "$PY" golden/run_flow.py "$op" --build "$build" --out "out/$op" --size "$size" || status=1
+  echo "[main.sh] $op: $(($(date +%s) - ts)) s"
 done
 
 echo
 echo "=== fusekit summary ($(date -u +%Y-%m-%d), $(nproc) threads, $(lscpu | sed -n 's/^Model name: *//p')) ==="
-printf '%-20s %-5s %-36s %13s %18s  %s\n' operator check shape time rate outputs
+echo "(time, rate: median of the steady calls after a warm-up; first call: the checked one, cold)"
+printf '%-20s %-5s %-36s %13s %18s %13s  %s\n' operator check shape time rate "first call" outputs
 for op in "${ops[@]}"; do cat "out/$op/summary.txt"; done
+echo "[main.sh] total: $(($(date +%s) - t0)) s"
 exit $status

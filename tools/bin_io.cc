@@ -1,5 +1,6 @@
 #include "bin_io.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -66,6 +67,26 @@ void write_stats(const std::string &dir, const std::map<std::string, std::string
     out << k << " = " << v << "\n";
     std::printf("[INFO] %s = %s\n", k.c_str(), v.c_str());
   }
+}
+
+SteadySeconds steady_seconds(const std::function<CallSeconds()> &call) {
+  call();  // warm-up
+  std::vector<double> runs;
+  double total = 0;
+  while (runs.size() < 25 && (runs.size() < 5 || total < 0.5)) {
+    runs.push_back(call().run);
+    total += runs.back();
+  }
+  std::sort(runs.begin(), runs.end());
+  const size_t h = runs.size() / 2;
+  const double median = runs.size() % 2 ? runs[h] : 0.5 * (runs[h - 1] + runs[h]);
+  return {median, static_cast<int>(runs.size())};
+}
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", seconds * 1e3);
+  return buf;
 }
 
 namespace {

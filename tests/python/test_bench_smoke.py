@@ -15,13 +15,21 @@ bench = pytest.importorskip("fusekit.bench")
 SECTIONS = ("lazy_adam", "adam8bit", "lora", "overhead")
 
 
+def _has(mod):
+    try:
+        __import__(mod)
+        return True
+    except ImportError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
     d = tmp_path_factory.mktemp("bench")
     png, js = d / "bench.png", d / "bench.json"
     threads = torch.get_num_threads()
-    report = bench.run(["--quick", "--repeats", "1", "--threads", "1", "--plot", str(png),
-                        "--json", str(js)])
+    plot = ["--plot", str(png)] if _has("matplotlib") else ["--no-plot"]
+    report = bench.run(["--quick", "--repeats", "1", "--threads", "1", "--json", str(js)] + plot)
     assert torch.get_num_threads() == threads  # --threads is undone on the way out
     return report, png, js
 
@@ -60,9 +68,38 @@ def test_quick_writes_json_and_plot(quick_report):
     with open(js) as f:
         loaded = json.load(f)
     assert loaded["comparisons"] == json.loads(json.dumps(report["comparisons"]))
-    if "matplotlib" in sys.modules or _has("matplotlib"):
-        assert png.exists() and png.stat().st_size > 10_000
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pytest.importorskip("matplotlib")  # in the test environment (requirements/test.txt)
+    assert png.exists() and png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    """matplotlib made unimportable, as on a machine without it (None in sys.modules makes
+    `import matplotlib` raise ImportError)."""
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+
+
+def test_plot_without_matplotlib_is_refused_before_running(no_matplotlib, tmp_path, capsys):
+    png = tmp_path / "never.png"
+    with pytest.raises(SystemExit) as e:
+        bench.run(["--quick", "--repeats", "1", "--plot", str(png)])
+    assert e.value.code not in (0, None)
+    err = capsys.readouterr().err
+    assert "matplotlib is not installed" in err and "--no-plot" in err and str(png) in err
+    assert not png.exists()
+
+
+def test_default_chart_without_matplotlib_is_skipped_with_a_note(no_matplotlib, quick_report,
+                                                                tmp_path, capsys, monkeypatch):
+    _, _, js = quick_report
+    monkeypatch.setattr(bench, "_default_plot_path", lambda: str(tmp_path / "default.png"))
+    report = bench.run(["--from-json", str(js)])  # no --plot: the chart is an extra
+    assert report["comparisons"]
+    assert "chart not written: matplotlib is not installed" in capsys.readouterr().out
+    assert not (tmp_path / "default.png").exists()
 
 
 def test_only_refuses_unknown_section():
@@ -108,16 +145,9 @@ def test_command_line_quick_overhead(tmp_path):
 
 def test_from_json_replays_without_running(quick_report, tmp_path):
     _, _, js = quick_report
+    report = bench.run(["--from-json", str(js), "--no-plot"])
+    assert report["comparisons"] and report["table"].startswith("| case | fusekit | peer")
+    pytest.importorskip("matplotlib")
     png = tmp_path / "again.png"
-    report = bench.run(["--from-json", str(js), "--plot", str(png)])
-    assert report["comparisons"]
-    if _has("matplotlib"):
-        assert png.exists()
-
-
-def _has(mod):
-    try:
-        __import__(mod)
-        return True
-    except ImportError:
-        return False
+    bench.run(["--from-json", str(js), "--plot", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# fusekit's build configurations, written once: every script that builds (test.sh, main.sh,
+# bench.sh, fuzz.sh) configures its folder here, so that two scripts sharing a folder never flip
+# its flags (which would recompile everything).
+#   scripts/configure.sh MODE [--werror] [--python PY] [-DVAR=VALUE ...]
+# Prints the build folder as its last line.
+#   release          build/             Release (GCC): the library, tests, examples, tools,
+#                                       benchmarks; --python PY adds the extension fusekit._fusekit
+#                                       (build/python/fusekit is then a runnable copy of the
+#                                       package: PYTHONPATH=build/python)
+#   sanitize         build-asan/        GCC, ASan + UBSan, RelWithDebInfo; no benchmarks
+#   clang            build-clang/       clang 14, Release
+#   clang-sanitize   build-clang-asan/  clang 14, ASan + UBSan, RelWithDebInfo, with the libFuzzer
+#                                       targets (the library carries libFuzzer's coverage
+#                                       instrumentation: fuzz.sh runs this build's fuzzers) and the
+#                                       benchmarks compiled (not run), so that clang's warnings
+#                                       cover every source
+#   tsan             build-tsan/        clang 14, ThreadSanitizer, RelWithDebInfo; no benchmarks
+# Every mode builds every operator of operators.txt unless FUSEKIT_OPS="a;b" asks for a subset.
+# Python for the CMake-run tests (golden flows, seed examples): $FUSEKIT_CMAKE_PYTHON when set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:?usage: configure.sh MODE [--werror] [--python PY] [-D...]}
+shift
+args=()
+while (($#)); do
+  case $1 in
+    --werror) args+=(-DFUSEKIT_WERROR=ON) ;;
+    --python)
+      args+=(-DFUSEKIT_PYTHON=ON "-DPython_EXECUTABLE=$2")
+      shift
+      ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+ops=(-UFUSEKIT_OPS)  # every operator, unless a subset is asked for (the cache keeps none)
+[ -n "${FUSEKIT_OPS:-}" ] && ops=("-DFUSEKIT_OPS=${FUSEKIT_OPS}")
+[ -n "${FUSEKIT_CMAKE_PYTHON:-}" ] && args+=("-DPython3_EXECUTABLE=$FUSEKIT_CMAKE_PYTHON")
+
+clang=(-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14)
+case $mode in
+  release)
+    build=build
+    cfg=(-DCMAKE_BUILD_TYPE=Release)
+    ;;
+  sanitize)
+    build=build-asan
+    cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSEKIT_SANITIZE=ON -DFUSEKIT_BUILD_BENCHMARKS=OFF)
+    ;;
+  clang)
+    build=build-clang
+    cfg=(-DCMAKE_BUILD_TYPE=Release "${clang[@]}")
+    ;;
+  clang-sanitize)
+    build=build-clang-asan
+    cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "${clang[@]}" -DFUSEKIT_SANITIZE=ON
+         -DFUSEKIT_BUILD_FUZZERS=ON)
+    ;;
+  tsan)
+    build=build-tsan
+    # lazy_adam_no_alloc_test replaces operator new, which TSan's static runtime defines too: the
+    # program links with TSan's kept (test.sh leaves that test out). LLVM 14's shared TSan runtime
+    # (-shared-libsan) is no way out: it crashes at start-up.
+    cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "${clang[@]}" -DFUSEKIT_BUILD_BENCHMARKS=OFF
+         "-DCMAKE_CXX_FLAGS=-fsanitize=thread -fno-omit-frame-pointer"
+         "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -Wl,--allow-multiple-definition"
+         -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread)
+    ;;
+  *)
+    echo "configure.sh: unknown mode '$mode'" >&2
+    exit 2
+    ;;
+esac
+cmake -S . -B "$build" -G Ninja "${ops[@]}" "${cfg[@]}" ${args[@]+"${args[@]}"} >/dev/null
+echo "$build"
