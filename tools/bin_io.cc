@@ -1,10 +1,12 @@
 #include "bin_io.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace fusekit::tools {
 
@@ -69,12 +71,39 @@ void write_stats(const std::string &dir, const std::map<std::string, std::string
   }
 }
 
-SteadySeconds steady_seconds(const std::function<CallSeconds()> &call) {
-  call();  // warm-up
+OpCall::OpCall(aclrtStream stream, PhaseOne phase_one, PhaseTwo phase_two)
+    : stream_(stream), phase_one_(std::move(phase_one)), phase_two_(phase_two) {}
+
+OpCall::~OpCall() {
+  if (workspace_ != nullptr) aclrtFree(workspace_);
+}
+
+CallSeconds OpCall::operator()() {
+  const auto t0 = std::chrono::steady_clock::now();
+  aclOpExecutor *executor = nullptr;
+  if (phase_one_(&workspace_size_, &executor) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
+  if (workspace_size_ > capacity_) {
+    if (workspace_ != nullptr) aclrtFree(workspace_);
+    workspace_ = nullptr;
+    if (aclrtMalloc(&workspace_, workspace_size_, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
+      die(aclGetRecentErrMsg());
+    capacity_ = workspace_size_;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  if (phase_two_(workspace_, workspace_size_, executor, stream_) != ACLNN_SUCCESS)
+    die(aclGetRecentErrMsg());
+  if (aclrtSynchronizeStream(stream_) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  const auto t2 = std::chrono::steady_clock::now();
+  return {std::chrono::duration<double>(t1 - t0).count(),
+          std::chrono::duration<double>(t2 - t1).count()};
+}
+
+SteadySeconds OpCall::steady() {
+  (*this)();  // warm-up
   std::vector<double> runs;
   double total = 0;
   while (runs.size() < 25 && (runs.size() < 5 || total < 0.5)) {
-    runs.push_back(call().run);
+    runs.push_back((*this)().run);
     total += runs.back();
   }
   std::sort(runs.begin(), runs.end());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "acl/acl.h"
+#include "aclnn/acl_meta.h"
 
 namespace fusekit::tools {
 
@@ -42,15 +43,40 @@ struct CallSeconds {
   double run = 0;
 };
 
-// The steady time of a call: `call` once more as a warm-up, then repeated (at least 5 times and
-// 0.5 s, at most 25 times) and the median of the runs' phase two. The runner calls it after it has
-// written the outputs of its first call (the one the golden data checks): the repeated calls step
-// the same buffers further.
+// The steady time of a call: the median of phase two over repeated calls.
 struct SteadySeconds {
   double median = 0;
   int runs = 0;
 };
-SteadySeconds steady_seconds(const std::function<CallSeconds()> &call);
+
+// One operator's two-phase call, made as often as asked: `phase_one` (the operator's
+// GetWorkspaceSize with its arguments bound) gives the workspace size and the executor, the
+// workspace is allocated once (grown if a later call asks for more), `phase_two` runs on `stream`,
+// which is synchronized. Any failure exits with the library's message.
+class OpCall {
+ public:
+  using PhaseOne = std::function<aclnnStatus(uint64_t *workspace_size, aclOpExecutor **executor)>;
+  using PhaseTwo = aclnnStatus (*)(void *workspace, uint64_t workspace_size,
+                                   aclOpExecutor *executor, aclrtStream stream);
+  OpCall(aclrtStream stream, PhaseOne phase_one, PhaseTwo phase_two);
+  ~OpCall();
+  OpCall(const OpCall &) = delete;
+  OpCall &operator=(const OpCall &) = delete;
+
+  CallSeconds operator()();
+  // The runner calls it after it has written the outputs of its first call (the one the golden
+  // data checks): one more call as a warm-up, then at least 5 and 0.5 s of calls (at most 25),
+  // which step the same buffers further.
+  SteadySeconds steady();
+  uint64_t workspace_size() const { return workspace_size_; }
+
+ private:
+  aclrtStream stream_;
+  PhaseOne phase_one_;
+  PhaseTwo phase_two_;
+  void *workspace_ = nullptr;
+  uint64_t workspace_size_ = 0, capacity_ = 0;
+};
 
 // "%.2f" of milliseconds, for run_stats.txt.
 std::string ms(double seconds);

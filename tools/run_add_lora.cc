@@ -1,7 +1,6 @@
 // The AddLora op runner of the golden flow: reads <dir>/input/*.bin and <dir>/params.txt, runs
 // aclnnAddLora on "device" memory from aclrtMalloc(HUGE_FIRST) with out a separate tensor, writes
 // <dir>/output/out.bin and <dir>/output/y.bin (which must come back unchanged).
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -42,31 +41,16 @@ int main(int argc, char **argv) {
       upload(std::vector<char>(static_cast<size_t>(B * H3) * es, static_cast<char>(0xff)), {B, H3},
              dt);  // NaN everywhere: an unwritten element fails the check
 
-  // One call: phase one, a workspace as large as it asks, phase two. The first call's outputs are
-  // the ones checked; the steady time comes from repeated calls after they are written.
-  uint64_t ws_size = 0, ws_capacity = 0;
-  void *ws = nullptr;
-  auto call = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    aclOpExecutor *executor = nullptr;
-    if (aclnnAddLoraGetWorkspaceSize(y.tensor, x.tensor, wb.tensor, idx.tensor, wa.tensor,
-                                     p.integer("layer"), p.num("scale"), p.integer("y_offset"), -1,
-                                     out.tensor, &ws_size, &executor) != ACLNN_SUCCESS) {
-      die(aclGetRecentErrMsg());
-    }
-    if (ws_size > ws_capacity) {
-      if (ws != nullptr) aclrtFree(ws);
-      if (aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
-        die(aclGetRecentErrMsg());
-      ws_capacity = ws_size;
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    if (aclnnAddLora(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
-    if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
-    const auto t2 = std::chrono::steady_clock::now();
-    return fusekit::tools::CallSeconds{std::chrono::duration<double>(t1 - t0).count(),
-                                       std::chrono::duration<double>(t2 - t1).count()};
-  };
+  // One call (tools/bin_io.h): the first one's outputs are checked; the steady time comes from
+  // repeated calls after they are written.
+  fusekit::tools::OpCall call(
+      stream,
+      [&](uint64_t *ws_size, aclOpExecutor **executor) {
+        return aclnnAddLoraGetWorkspaceSize(
+            y.tensor, x.tensor, wb.tensor, idx.tensor, wa.tensor, p.integer("layer"),
+            p.num("scale"), p.integer("y_offset"), -1, out.tensor, ws_size, executor);
+      },
+      aclnnAddLora);
   const fusekit::tools::CallSeconds first = call();
 
   const std::vector<char> out_host = download(out), y_host = download(y);
@@ -75,7 +59,7 @@ int main(int argc, char **argv) {
 
   const double flops =
       2.0 * static_cast<double>(B) * static_cast<double>(R) * static_cast<double>(H1 + H2);
-  const fusekit::tools::SteadySeconds steady = fusekit::tools::steady_seconds(call);
+  const fusekit::tools::SteadySeconds steady = call.steady();
   const double run_s = steady.median;
   char time_ms[32], rate[32], plan_ms[32];
   std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
@@ -90,11 +74,10 @@ int main(int argc, char **argv) {
             {"shape", "B=" + std::to_string(B) + " H1=" + std::to_string(H1) +
                           " H2=" + std::to_string(H2) + " R=" + std::to_string(R) +
                           " W=" + std::to_string(W) + " " + dtype},
-            {"workspace_bytes", std::to_string(ws_size)}});
+            {"workspace_bytes", std::to_string(call.workspace_size())}});
   for (auto *t : {&x, &y, &wa, &wb, &idx, &out}) {
     fusekit::tools::release(*t);
   }
-  if (ws != nullptr) aclrtFree(ws);
   aclrtDestroyStream(stream);
   aclrtResetDevice(0);
   aclFinalize();

@@ -1,7 +1,6 @@
 // The ApplyAdamWQuant op runner of the golden flow: reads <dir>/input/*.bin and <dir>/params.txt,
 // runs aclnnApplyAdamWQuant on "device" memory from aclrtMalloc(HUGE_FIRST), writes
 // <dir>/output/*.bin (var, m, v, absmax_m, absmax_v) and its time.
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -45,33 +44,17 @@ int main(int argc, char **argv) {
   DeviceTensor step = upload(in("step"), {1}, ACL_INT64);
 
   char mode[] = "BLOCKWISE";
-  // One call: phase one, a workspace as large as it asks, phase two. The first call's outputs are
-  // the ones checked; the steady time comes from repeated calls after they are written.
-  uint64_t ws_size = 0, ws_capacity = 0;
-  void *ws = nullptr;
-  auto call = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    aclOpExecutor *executor = nullptr;
-    if (aclnnApplyAdamWQuantGetWorkspaceSize(
+  // One call (tools/bin_io.h): the first one's outputs are checked; the steady time comes from
+  // repeated calls after they are written.
+  fusekit::tools::OpCall call(
+      stream,
+      [&](uint64_t *ws_size, aclOpExecutor **executor) {
+        return aclnnApplyAdamWQuantGetWorkspaceSize(
             var.tensor, grad.tensor, m.tensor, v.tensor, qm.tensor, qv.tensor, am.tensor, av.tensor,
             step.tensor, p.num("lr"), p.num("beta1"), p.num("beta2"), p.num("weight_decay"),
-            p.num("eps"), p.num("gnorm_scale"), mode, 256, &ws_size, &executor) != ACLNN_SUCCESS) {
-      die(aclGetRecentErrMsg());
-    }
-    if (ws_size > ws_capacity) {
-      if (ws != nullptr) aclrtFree(ws);
-      if (aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
-        die(aclGetRecentErrMsg());
-      ws_capacity = ws_size;
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    if (aclnnApplyAdamWQuant(ws, ws_size, executor, stream) != ACLNN_SUCCESS)
-      die(aclGetRecentErrMsg());
-    if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
-    const auto t2 = std::chrono::steady_clock::now();
-    return fusekit::tools::CallSeconds{std::chrono::duration<double>(t1 - t0).count(),
-                                       std::chrono::duration<double>(t2 - t1).count()};
-  };
+            p.num("eps"), p.num("gnorm_scale"), mode, 256, ws_size, executor);
+      },
+      aclnnApplyAdamWQuant);
   const fusekit::tools::CallSeconds first = call();
   const std::string warning = aclGetRecentErrMsg();  // the skipped-block count, if any
 
@@ -84,7 +67,7 @@ int main(int argc, char **argv) {
       aclrtMemcpy(host.data(), host.size(), t->ptr, t->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
     fusekit::tools::write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
   }
-  const fusekit::tools::SteadySeconds steady = fusekit::tools::steady_seconds(call);
+  const fusekit::tools::SteadySeconds steady = call.steady();
   const double run_s = steady.median;
   char time_ms[32], rate[32], plan_ms[32], shape[96];
   std::snprintf(shape, sizeof shape, "[%lld, %lld] %s", static_cast<long long>(rows),
@@ -98,12 +81,11 @@ int main(int argc, char **argv) {
                                     {"phase_one_ms", plan_ms},
                                     {"rate", rate},
                                     {"shape", shape},
-                                    {"workspace_bytes", std::to_string(ws_size)},
+                                    {"workspace_bytes", std::to_string(call.workspace_size())},
                                     {"message", warning.empty() ? "-" : warning}});
   for (auto *t : {&var, &grad, &m, &v, &qm, &qv, &am, &av, &step}) {
     fusekit::tools::release(*t);
   }
-  if (ws != nullptr) aclrtFree(ws);
   aclrtDestroyStream(stream);
   aclrtResetDevice(0);
   aclFinalize();

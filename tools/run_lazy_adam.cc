@@ -1,6 +1,5 @@
 // The LazyAdam op runner of the golden flow: reads <dir>/input/*.bin and <dir>/params.txt, runs
 // aclnnLazyAdam on "device" memory from aclrtMalloc(HUGE_FIRST), writes <dir>/output/*.bin.
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -35,31 +34,16 @@ int main(int argc, char **argv) {
       upload(fusekit::tools::read_bin(dir + "/input/inputVar.bin"), {rows, dim}, ACL_FLOAT);
   DeviceTensor lr = upload(fusekit::tools::read_bin(dir + "/input/lr.bin"), {1}, ACL_FLOAT);
 
-  // One call: phase one, a workspace as large as it asks, phase two. The first call's outputs are
-  // the ones checked; the steady time comes from repeated calls after they are written.
-  uint64_t ws_size = 0, ws_capacity = 0;
-  void *ws = nullptr;
-  auto call = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    aclOpExecutor *executor = nullptr;
-    if (aclnnLazyAdamGetWorkspaceSize(grad.tensor, idx.tensor, m.tensor, v.tensor, var.tensor,
-                                      lr.tensor, p.num("beta1"), p.num("beta2"), p.num("epsilon"),
-                                      &ws_size, &executor) != ACLNN_SUCCESS) {
-      die(aclGetRecentErrMsg());
-    }
-    if (ws_size > ws_capacity) {
-      if (ws != nullptr) aclrtFree(ws);
-      if (aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
-        die(aclGetRecentErrMsg());
-      ws_capacity = ws_size;
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    if (aclnnLazyAdam(ws, ws_size, executor, stream) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
-    if (aclrtSynchronizeStream(stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
-    const auto t2 = std::chrono::steady_clock::now();
-    return fusekit::tools::CallSeconds{std::chrono::duration<double>(t1 - t0).count(),
-                                       std::chrono::duration<double>(t2 - t1).count()};
-  };
+  // One call (tools/bin_io.h): the first one's outputs are checked; the steady time comes from
+  // repeated calls after they are written.
+  fusekit::tools::OpCall call(
+      stream,
+      [&](uint64_t *ws_size, aclOpExecutor **executor) {
+        return aclnnLazyAdamGetWorkspaceSize(grad.tensor, idx.tensor, m.tensor, v.tensor,
+                                             var.tensor, lr.tensor, p.num("beta1"), p.num("beta2"),
+                                             p.num("epsilon"), ws_size, executor);
+      },
+      aclnnLazyAdam);
   const fusekit::tools::CallSeconds first = call();
 
   const double bytes = static_cast<double>(n) * (28.0 * static_cast<double>(dim) + 4.0);
@@ -69,7 +53,7 @@ int main(int argc, char **argv) {
     const char *name = t == &m ? "inputM" : t == &v ? "inputV" : "inputVar";
     fusekit::tools::write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
   }
-  const fusekit::tools::SteadySeconds steady = fusekit::tools::steady_seconds(call);
+  const fusekit::tools::SteadySeconds steady = call.steady();
   const double run_s = steady.median;
   char time_ms[32], rate[32], plan_ms[32];
   std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
@@ -82,11 +66,10 @@ int main(int argc, char **argv) {
                                     {"rate", rate},
                                     {"shape", "R=" + std::to_string(rows) + " N=" +
                                                   std::to_string(n) + " D=" + std::to_string(dim)},
-                                    {"workspace_bytes", std::to_string(ws_size)}});
+                                    {"workspace_bytes", std::to_string(call.workspace_size())}});
   for (auto *t : {&grad, &idx, &m, &v, &var, &lr}) {
     fusekit::tools::release(*t);
   }
-  if (ws != nullptr) aclrtFree(ws);
   aclrtDestroyStream(stream);
   aclrtResetDevice(0);
   aclFinalize();

@@ -37,9 +37,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 // GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags.
+// flags (and -Wuninitialized, where a helper is not inlined: HWY_INLINE in sanitizer builds).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // kCodes: the mode (each its own instantiation: a branch for an unused step made GCC allocate the
 // hot loops worse).

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <new>
 
-#include "common/kernel_inline.h"
 #include "common/quant_search.h"
 
 #if HWY_ARCH_X86
@@ -59,9 +58,10 @@ namespace {
 constexpr int kQuantBlock = 256;  // the values one block routine codes
 
 // GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags.
+// flags (and -Wuninitialized, where a helper is not inlined: HWY_INLINE in sanitizer builds).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #undef FUSEKIT_QUANT_VBMI
 #define FUSEKIT_QUANT_VBMI __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
 
@@ -94,8 +94,7 @@ FUSEKIT_QUANT_VBMI inline void MakePlanes(const float *q, BytePlanes *bp) {
 }
 
 // q[code] for 64 codes, as four vectors of 16 floats in element order.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Dequant64(const BytePlanes &bp, __m512i codes,
-                                                 __m512 out[4]) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void Dequant64(const BytePlanes &bp, __m512i codes, __m512 out[4]) {
   const __m512i c = _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), codes);
   const __mmask64 top = _mm512_movepi8_mask(c);
@@ -115,8 +114,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Dequant64(const BytePlanes &bp, __m512i c
 
 // q[code] for the first 32 of 64 codes, as two vectors of 16 floats in element order (Dequant64's
 // out[0] and out[1], with half the unpacks).
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Dequant32(const BytePlanes &bp, __m512i codes,
-                                                 __m512 out[2]) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void Dequant32(const BytePlanes &bp, __m512i codes, __m512 out[2]) {
   const __m512i c = _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), codes);
   const __mmask64 top = _mm512_movepi8_mask(c);
@@ -182,8 +180,8 @@ FUSEKIT_QUANT_VBMI inline void MakeSearch(const QuantMapTables &t, SearchTables 
 // are a chain of dependent permutes and comparisons, so many independent vectors go through each
 // level together.
 template <int NV>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void SearchN(const SearchTables *const s[NV],
-                                               const __m512 xin[NV], __m512i r[NV]) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void SearchN(const SearchTables *const s[NV], const __m512 xin[NV],
+                                           __m512i r[NV]) {
   __m512 x[NV];
   __mmask16 k6[NV], k7[NV];
   for (int j = 0; j < NV; ++j) {
@@ -226,7 +224,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void SearchN(const SearchTables *const s[NV],
 }
 
 // 4 x 16 bit-reversed counts (0..255) to 64 code bytes in element order.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i PathsToCodes(const SearchTables &s, const __m512i r[4]) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i PathsToCodes(const SearchTables &s, const __m512i r[4]) {
   const __m512i p01 = _mm512_packus_epi32(r[0], r[1]), p23 = _mm512_packus_epi32(r[2], r[3]);
   const __m512i b = _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
@@ -238,7 +236,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i PathsToCodes(const SearchTables &s, co
 
 // x = moment / div for 16 lanes (kDivide), or the moment itself (already divided by the caller).
 template <bool kDivide>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Quotient(const float *mom, __m512 vdiv) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Quotient(const float *mom, __m512 vdiv) {
   return kDivide ? _mm512_div_ps(_mm512_load_ps(mom), vdiv) : _mm512_load_ps(mom);
 }
 
@@ -246,8 +244,8 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Quotient(const float *mom, __m512 vdiv)
 // quotients already): the in-register search, both maps' vectors together; a map where the sign
 // fix can act takes the generic search per vector.
 template <bool kDivide, class DF>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void GenericCodes(DF df, const QuantMapTables &t,
-                                                    const float *mom, __m512 vdiv, uint8_t *out) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void GenericCodes(DF df, const QuantMapTables &t, const float *mom,
+                                                __m512 vdiv, uint8_t *out) {
   for (int j = 0; j < kQuantBlock; j += 16) {
     const __m512i c = Codes(df, t, hn::Vec512<float>{Quotient<kDivide>(mom + j, vdiv)}).raw;
     _mm_storeu_si128(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi32_epi8(c));
@@ -255,11 +253,11 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void GenericCodes(DF df, const QuantMapTables 
 }
 
 template <bool kDivide = true, class DF>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void BlockCodes2(DF df, const QuantMapTables &map_m,
-                                                   const SearchTables &sm, const SearchTables &sv,
-                                                   const float *m_new, const float *v_new,
-                                                   __m512 vdiv_m, __m512 vdiv_v, uint8_t *out_m,
-                                                   uint8_t *out_v) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void BlockCodes2(DF df, const QuantMapTables &map_m,
+                                               const SearchTables &sm, const SearchTables &sv,
+                                               const float *m_new, const float *v_new,
+                                               __m512 vdiv_m, __m512 vdiv_v, uint8_t *out_m,
+                                               uint8_t *out_v) {
   if (map_m.sign_fix) {
     GenericCodes<kDivide>(df, map_m, m_new, vdiv_m, out_m);
     for (int j0 = 0; j0 < kQuantBlock; j0 += 64) {
@@ -374,8 +372,8 @@ FUSEKIT_QUANT_VBMI inline bool MakeSearch16(const QuantMapTables &t, Search16Tab
 
 // Bit-reversed c0 of NV x 32 bucket numbers (16-bit), vector j searched in *s[j].
 template <int NV>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Search16N(const Search16Tables *const s[NV],
-                                                 const __m512i h[NV], __m512i r[NV]) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void Search16N(const Search16Tables *const s[NV], const __m512i h[NV],
+                                             __m512i r[NV]) {
   __mmask32 k6[NV], k7[NV];
   for (int j = 0; j < NV; ++j) {
     r[j] = _mm512_maskz_mov_epi16(_mm512_cmpgt_epu16_mask(h[j], s[j]->t1), _mm512_set1_epi16(1));
@@ -410,12 +408,12 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Search16N(const Search16Tables *const s[N
 
 // A value as the 16-bit search takes it: NaN and -0 as +0, others kept (vfixupimmps responses:
 // 8 = +0, 1 = the source).
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 SearchValue(__m512 x) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 SearchValue(__m512 x) {
   return _mm512_fixupimm_ps(x, x, _mm512_set1_epi32(0x11111888), 0);
 }
 
 // The bucket numbers (the high 16 bits of the monotone keys) of 32 search values, in order.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i BucketNumbers(__m512 x0, __m512 x1) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i BucketNumbers(__m512 x0, __m512 x1) {
   const __m512i hi_words =
       _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
                         0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
@@ -429,7 +427,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i BucketNumbers(__m512 x0, __m512 x1) {
 }
 
 // Two vectors of 32 bit-reversed c0 (16-bit, from Search16N) as 64 bytes in element order.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i PackPaths(__m512i r0, __m512i r1) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i PackPaths(__m512i r0, __m512i r1) {
   return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
                                   _mm512_packus_epi16(r0, r1));
 }
@@ -437,8 +435,8 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i PackPaths(__m512i r0, __m512i r1) {
 // The 64 codes of search values x[0..3] whose bit-reversed c0 are the bytes of r: c0 or c0 + 1 by
 // the one full comparison with thr[c0], then (kSignFix, where the map's fix can act) m's sign fix.
 template <bool kSignFix>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i CodesOfPaths(const Search16Tables &s, __m512i r,
-                                                       const __m512 x[4]) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i CodesOfPaths(const Search16Tables &s, __m512i r,
+                                                   const __m512 x[4]) {
   __m512 th[4];
   Dequant64(s.thr, r, th);
   __mmask16 ge[4];
@@ -484,10 +482,9 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i CodesOfPaths(const Search16Tables &s, 
 // A full block's codes for both maps by the 16-bit search; x (the quotients moment / div, or with
 // kDivide false the moments themselves, NaN and -0 as +0) overwrite the moments in mom_m / mom_v.
 template <bool kSignFix, bool kDivide = true>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void BlockCodes16(const Search16Tables &sm,
-                                                    const Search16Tables &sv, float *mom_m,
-                                                    float *mom_v, __m512 vdiv_m, __m512 vdiv_v,
-                                                    uint8_t *out_m, uint8_t *out_v) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void BlockCodes16(const Search16Tables &sm, const Search16Tables &sv,
+                                                float *mom_m, float *mom_v, __m512 vdiv_m,
+                                                __m512 vdiv_v, uint8_t *out_m, uint8_t *out_v) {
   alignas(64) uint16_t hb[2][kQuantBlock];
   alignas(64) uint8_t rb[2][kQuantBlock];
   float *mom[2] = {mom_m, mom_v};

@@ -35,7 +35,6 @@
 #include <limits>
 
 #include "common/adam_update.h"
-#include "common/kernel_inline.h"
 #include "common/quant_codes_avx512vbmi-inl.h"  // sets FUSEKIT_QUANT_VBMI_HERE for this pass
 #include "common/quant_codes_hwy-inl.h"
 #include "fusekit/float16.h"
@@ -48,20 +47,21 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 // GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags.
+// flags (and -Wuninitialized, where a helper is not inlined: HWY_INLINE in sanitizer builds).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Whether [p, p + bytes) and [q, q + bytes) lie in the same cache lines (a packed state: m's and
 // v's codes, or their absmax, in one row of one table).
-FUSEKIT_INLINE bool SameLines(const void *p, const void *q, int64_t bytes) {
+HWY_INLINE bool SameLines(const void *p, const void *q, int64_t bytes) {
   const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
   const auto n = static_cast<uintptr_t>(bytes) - 1;
   return a / 64 == b / 64 && (a + n) / 64 == (b + n) / 64;
 }
 
 // Prefetches each cache line of [p, p + bytes) once.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void PrefetchLines(const void *p, int64_t bytes) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void PrefetchLines(const void *p, int64_t bytes) {
   const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const auto last =
       (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1) & ~uintptr_t{63};
@@ -69,11 +69,11 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void PrefetchLines(const void *p, int64_t byte
     hwy::Prefetch(reinterpret_cast<const char *>(line));
 }
 
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __mmask16 LaneMask(int64_t lanes) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __mmask16 LaneMask(int64_t lanes) {
   return lanes >= 16 ? static_cast<__mmask16>(0xffff)
                      : static_cast<__mmask16>((1u << static_cast<unsigned>(lanes)) - 1u);
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __mmask64 ByteMask(int64_t bytes) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __mmask64 ByteMask(int64_t bytes) {
   return bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << static_cast<unsigned>(bytes)) - 1;
 }
 
@@ -83,13 +83,13 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __mmask64 ByteMask(int64_t bytes) {
 // code loads and stores at rows that start mid-line took the step from 1.9 to 4 ns per element.
 // So a partial access is masked only when it stays within the row's lines, else it goes through a
 // small local buffer.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE bool WithinLines(const void *p, int64_t n, int64_t w) {
+FUSEKIT_QUANT_VBMI HWY_INLINE bool WithinLines(const void *p, int64_t n, int64_t w) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   return (a + static_cast<uintptr_t>(w) - 1) / 64 == (a + static_cast<uintptr_t>(n) - 1) / 64;
 }
 
 // n (1 to 64) codes at p, zero past n.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i LoadCodes(const uint8_t *p, int64_t n) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i LoadCodes(const uint8_t *p, int64_t n) {
   if (n >= 64) return _mm512_loadu_si512(p);
   if (WithinLines(p, n, 64)) return _mm512_maskz_loadu_epi8(ByteMask(n), p);
   if (n <= 32 && WithinLines(p, n, 32)) {
@@ -100,7 +100,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i LoadCodes(const uint8_t *p, int64_t n)
   return _mm512_load_si512(tmp);
 }
 // The first n (1 to 64) bytes of `codes` (64 readable) to p.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void StoreCodes(const uint8_t *codes, int64_t n, uint8_t *p) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreCodes(const uint8_t *codes, int64_t n, uint8_t *p) {
   const __m512i c = _mm512_loadu_si512(codes);
   if (n >= 64) {
     _mm512_storeu_si512(p, c);
@@ -117,28 +117,28 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void StoreCodes(const uint8_t *codes, int64_t 
 // not stored there. The same instructions as Highway's LoadWide / StoreNarrow on AVX3
 // (common/hwy_dtype-inl.h): float16 by vcvtph2ps / vcvtps2ph (round to nearest-even), bfloat16 by
 // shifts and the integer rounding to nearest-even.
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Widen(const float *p) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Widen(const float *p) {
   return _mm512_loadu_ps(p);
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Widen(const bfloat16_t *p) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Widen(const bfloat16_t *p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Widen(const float16_t *p) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Widen(const float16_t *p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 WidenMasked(const float *p, __mmask16 k) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 WidenMasked(const float *p, __mmask16 k) {
   return _mm512_maskz_loadu_ps(k, p);
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 WidenMasked(const bfloat16_t *p, __mmask16 k) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 WidenMasked(const bfloat16_t *p, __mmask16 k) {
   const __m256i h = _mm256_maskz_loadu_epi16(k, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 WidenMasked(const float16_t *p, __mmask16 k) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 WidenMasked(const float16_t *p, __mmask16 k) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
 }
 template <typename E>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 LoadWideN(const E *p, int64_t lanes) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 LoadWideN(const E *p, int64_t lanes) {
   if (lanes >= 16) return Widen(p);
   const auto n = lanes * static_cast<int64_t>(sizeof(E));
   if (WithinLines(p, n, 16 * static_cast<int64_t>(sizeof(E))))
@@ -148,10 +148,10 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 LoadWideN(const E *p, int64_t lanes) {
   return Widen(tmp);
 }
 
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void NarrowMasked(__m512 w, float *p, __mmask16 k) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void NarrowMasked(__m512 w, float *p, __mmask16 k) {
   _mm512_mask_storeu_ps(p, k, w);
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void NarrowMasked(__m512 w, bfloat16_t *p, __mmask16 k) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void NarrowMasked(__m512 w, bfloat16_t *p, __mmask16 k) {
   const __m512i bits = _mm512_castps_si512(w);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_srli_epi32(
@@ -162,11 +162,11 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void NarrowMasked(__m512 w, bfloat16_t *p, __m
       _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), quiet_nan);
   _mm512_mask_cvtepi32_storeu_epi16(p, k, r);
 }
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void NarrowMasked(__m512 w, float16_t *p, __mmask16 k) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void NarrowMasked(__m512 w, float16_t *p, __mmask16 k) {
   _mm256_mask_storeu_epi16(p, k, _mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 template <typename E>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void StoreNarrowN(__m512 w, E *p, int64_t lanes) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreNarrowN(__m512 w, E *p, int64_t lanes) {
   const auto n = std::min<int64_t>(lanes, 16) * static_cast<int64_t>(sizeof(E));
   if (lanes >= 16 || WithinLines(p, n, 16 * static_cast<int64_t>(sizeof(E)))) {
     NarrowMasked(w, p, LaneMask(lanes));
@@ -181,8 +181,8 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void StoreNarrowN(__m512 w, E *p, int64_t lane
 // first occurrence widened, then each later one added in order (the reference's sum, operation for
 // operation). Lanes past D hold zeros plus zeros.
 template <typename G>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void SumGradient(const LazyAdamQuantRowsArgs &a, int64_t k,
-                                                   int64_t next, float *g) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void SumGradient(const LazyAdamQuantRowsArgs &a, int64_t k,
+                                               int64_t next, float *g) {
   const int64_t D = a.dim;
   auto row = [&](int64_t q) {
     return static_cast<const G *>(a.grad) +
@@ -217,7 +217,7 @@ struct Staging {
 };
 
 // Copies codes[0, len) to dst, 64 bytes at a time (`codes` readable 64 bytes past len).
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void CopyCodes(const uint8_t *codes, int64_t len, uint8_t *dst) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void CopyCodes(const uint8_t *codes, int64_t len, uint8_t *dst) {
   for (int64_t j = 0; j < len; j += 64)
     StoreCodes(codes + j, std::min<int64_t>(64, len - j), dst + j);
 }
@@ -231,7 +231,7 @@ struct Searcher {
   Search16Tables s16_m, s16_v;
 
   // Codes of the first 256 lanes of the staging buffer (the quotients already formed).
-  FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Codes256(Staging &st, uint8_t *out_m, uint8_t *out_v) {
+  FUSEKIT_QUANT_VBMI HWY_INLINE void Codes256(Staging &st, uint8_t *out_m, uint8_t *out_v) {
     const __m512 one = _mm512_set1_ps(1.0f);  // not used: the lanes are quotients already
     if constexpr (kMode > 0) {
       BlockCodes16<kMode == 2, false>(s16_m, s16_v, st.xm, st.xv, one, one, out_m, out_v);
@@ -243,7 +243,7 @@ struct Searcher {
 
   // Searches lanes [0, 256) (those past fill zeroed first), copies every segment's codes that lie
   // there, and keeps what lies past 256.
-  FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void Flush(Staging &st) {
+  FUSEKIT_QUANT_VBMI HWY_INLINE void Flush(Staging &st) {
     if (st.nseg == 0) return;
     for (int64_t j = st.fill; j < kQuantBlock; ++j) st.xm[j] = st.xv[j] = 0.0f;
     alignas(64) uint8_t cm[kQuantBlock + 64], cv[kQuantBlock + 64];
@@ -280,8 +280,8 @@ struct RowOut {
 // Stores a row: var, absmax, and its quotients m / absmax_m, v / absmax_v appended to the staging
 // buffer (searched 256 lanes at a time).
 template <typename T, int kMode>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void StoreRow(const LazyAdamQuantRowsArgs &a, const RowOut<T> &p,
-                                                Staging &st, Searcher<kMode> &search) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreRow(const LazyAdamQuantRowsArgs &a, const RowOut<T> &p,
+                                            Staging &st, Searcher<kMode> &search) {
   const int64_t D = a.dim;
   for (int64_t b = 0; b < a.blocks; ++b) {
     const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
@@ -313,11 +313,11 @@ struct UpdateConsts {
 // dequantized m and v (qm, qv: the map entries, times the block's absmax), the new m, v and var
 // into the scratch, the maxima (|m|, v, var's magnitude bits) over the valid lanes.
 template <typename T>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void UpdateVector(const UpdateConsts &c, __m512 qm, __m512 qv,
-                                                    __m512 vscale_m, __m512 vscale_v,
-                                                    const float *g, const T *var, int64_t left,
-                                                    const LaqScratch &s, int64_t j, __m512 &acc_m,
-                                                    __m512 &acc_v, __m512i &acc_w) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void UpdateVector(const UpdateConsts &c, __m512 qm, __m512 qv,
+                                                __m512 vscale_m, __m512 vscale_v, const float *g,
+                                                const T *var, int64_t left, const LaqScratch &s,
+                                                int64_t j, __m512 &acc_m, __m512 &acc_v,
+                                                __m512i &acc_w) {
   const __mmask16 lanes = LaneMask(left);
   const __m512 gj = LoadWideN(g + j, left);
   const __m512 m =
@@ -349,8 +349,8 @@ struct RowIn {
 // gradients summed into gbuf; a single float32 gradient row read where it is), prefetching the
 // rows of the entry `ahead` on for every entry passed; false at the end.
 template <typename T, typename G>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE bool NextRow(const LazyAdamQuantRowsArgs &a, int64_t &k,
-                                               int64_t end, float *gbuf, RowIn<T> *out, int64_t D) {
+FUSEKIT_QUANT_VBMI HWY_INLINE bool NextRow(const LazyAdamQuantRowsArgs &a, int64_t &k, int64_t end,
+                                           float *gbuf, RowIn<T> *out, int64_t D) {
   const int64_t ahead = a.prefetch_ahead;
   while (k < end) {
     if (k + ahead < end) {
@@ -405,11 +405,11 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE bool NextRow(const LazyAdamQuantRowsArgs &a, i
 // share one 64-code dequantization per map (a 32-code one costs nearly as much), and the two
 // rows' independent chains (the square root and division, the maxima, the guard) are interleaved.
 template <typename T, typename G, int kMode>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE int64_t SmallRows(const LazyAdamQuantRowsArgs &a,
-                                                    const BytePlanes &pm, const BytePlanes &pv,
-                                                    const UpdateConsts &c, __m512i var_limit,
-                                                    int64_t begin, int64_t end, Staging &st,
-                                                    Searcher<kMode> &search) {
+FUSEKIT_QUANT_VBMI HWY_INLINE int64_t SmallRows(const LazyAdamQuantRowsArgs &a,
+                                                const BytePlanes &pm, const BytePlanes &pv,
+                                                const UpdateConsts &c, __m512i var_limit,
+                                                int64_t begin, int64_t end, Staging &st,
+                                                Searcher<kMode> &search) {
   const hn::ScalableTag<float> df;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const int64_t D = a.dim;
@@ -488,8 +488,7 @@ struct Tile {
 // D (1 to 16 kSlotVecs) codes of slot `slot` of the 64 in `codes` (kSlotVecs = 2: slots of 32
 // bytes, two per vector; 1: slots of 16, four per vector) to p, within the row's cache lines.
 template <int kSlotVecs>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE void StoreSlotCodes(__m512i codes, int slot, int64_t D,
-                                                      uint8_t *p) {
+FUSEKIT_QUANT_VBMI HWY_INLINE void StoreSlotCodes(__m512i codes, int slot, int64_t D, uint8_t *p) {
   if constexpr (kSlotVecs == 2) {
     const __m256i c =
         slot == 0 ? _mm512_castsi512_si256(codes) : _mm512_extracti64x4_epi64(codes, 1);
@@ -580,7 +579,7 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE void FlushTile(const Search16Tables &sm, const S
 // The maxima of four vectors at once: lane 4 i of the result is the largest lane of a[i]
 // (order-free: the values are non-negative, and a NaN makes its row's var NaN, so the guard skips
 // the row whatever the maxima say).
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Max4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 Max4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   const __m512 x01 =
       _mm512_max_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
   const __m512 x23 =
@@ -593,7 +592,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512 Max4(__m512 a0, __m512 a1, __m512 a2, _
 
 // n (16 or 32) codes at p, as the low bytes of a vector.
 template <int kBytes>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i LoadFullCodes(const uint8_t *p) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i LoadFullCodes(const uint8_t *p) {
   if constexpr (kBytes == 32) {
     return _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
   } else {
@@ -603,7 +602,7 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i LoadFullCodes(const uint8_t *p) {
 
 // A row's D codes: the full-width load (kFull: D == kBytes), else the masked one.
 template <bool kFull, int kBytes>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i RowCodes(const uint8_t *p, int64_t D) {
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512i RowCodes(const uint8_t *p, int64_t D) {
   if constexpr (kFull) {
     return LoadFullCodes<kBytes>(p);
   } else {
@@ -613,11 +612,10 @@ FUSEKIT_QUANT_VBMI FUSEKIT_INLINE __m512i RowCodes(const uint8_t *p, int64_t D) 
 
 // kFull: D is exactly 16 kSlotVecs (the common widths 16 and 32: no masks, no tails).
 template <typename T, typename G, int kSlotVecs, bool kSignFix, bool kFull>
-FUSEKIT_QUANT_VBMI FUSEKIT_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a,
-                                                   const BytePlanes &pm, const BytePlanes &pv,
-                                                   const Search16Tables &sm,
-                                                   const Search16Tables &sv, const UpdateConsts &c,
-                                                   __m512i var_limit, int64_t begin, int64_t end) {
+FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, const BytePlanes &pm,
+                                               const BytePlanes &pv, const Search16Tables &sm,
+                                               const Search16Tables &sv, const UpdateConsts &c,
+                                               __m512i var_limit, int64_t begin, int64_t end) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   constexpr int kL = 16 * kSlotVecs;  // lanes per slot
   const int64_t D = kFull ? kL : a.dim;
