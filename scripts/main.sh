@@ -14,7 +14,9 @@ unset PYTHONPATH PYTHONHOME
 t0=$(date +%s)
 bash scripts/install_deps.sh
 PY=$(bash scripts/python_env.sh core | tail -1)
-build=$(FUSEKIT_CMAKE_PYTHON=$PY bash scripts/configure.sh release | tail -1)
+# The extension is test.sh's business (it needs the test environment's nanobind): off here, which
+# recompiles nothing when the two commands alternate on the same build folder.
+build=$(FUSEKIT_CMAKE_PYTHON=$PY bash scripts/configure.sh release -DFUSEKIT_PYTHON=OFF | tail -1)
 cmake --build "$build" -j "$(nproc)"
 echo "[main.sh] set-up and build: $(($(date +%s) - t0)) s"
 
