@@ -2,8 +2,11 @@
 # fusekit's build configurations, written once: every script that builds (test.sh, main.sh,
 # bench.sh, fuzz.sh) configures its folder here, so that two scripts sharing a folder never flip
 # its flags (which would recompile everything).
-#   scripts/configure.sh MODE [--werror] [--python PY] [-DVAR=VALUE ...]
-# Prints the build folder as its last line.
+#   scripts/configure.sh MODE [--python PY] [-DVAR=VALUE ...]
+# Prints the build folder as its last line. Warnings are errors in every mode (the project's
+# compilers are Debian 12's GCC 12 and clang 14): the same flags whichever script configures a
+# folder first, so main.sh and test.sh sharing build/ never recompile it for each other. For
+# another compiler, pass -DFUSEKIT_WERROR=OFF (arguments after the mode come last and win).
 #   release          build/             Release (GCC): the library, tests, examples, tools,
 #                                       benchmarks; --python PY adds the extension fusekit._fusekit
 #                                       (build/python/fusekit is then a runnable copy of the
@@ -20,12 +23,11 @@
 # Python for the CMake-run tests (golden flows, seed examples): $FUSEKIT_CMAKE_PYTHON when set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mode=${1:?usage: configure.sh MODE [--werror] [--python PY] [-D...]}
+mode=${1:?usage: configure.sh MODE [--python PY] [-D...]}
 shift
 args=()
 while (($#)); do
   case $1 in
-    --werror) args+=(-DFUSEKIT_WERROR=ON) ;;
     --python)
       args+=(-DFUSEKIT_PYTHON=ON "-DPython_EXECUTABLE=$2")
       shift
@@ -79,5 +81,6 @@ case $mode in
     exit 2
     ;;
 esac
-cmake -S . -B "$build" -G Ninja "${ops[@]}" "${cfg[@]}" ${args[@]+"${args[@]}"} >/dev/null
+cmake -S . -B "$build" -G Ninja -DFUSEKIT_WERROR=ON "${ops[@]}" "${cfg[@]}" ${args[@]+"${args[@]}"} \
+  >/dev/null
 echo "$build"
