@@ -15,7 +15,8 @@ namespace fusekit {
 namespace {
 
 constexpr const char *kOp = "AdamW";
-constexpr const char *kNames[4] = {"var", "grad", "m", "v"};
+// The tensors by role, in the order of AdamWTensors: var, m and v written in place.
+constexpr TensorRole kRoles[4] = {{"var", true}, {"grad"}, {"m", true}, {"v", true}};
 
 bool is_float_type(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
@@ -53,14 +54,14 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
   FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, var, "var", &n));
   const TensorView *all[4] = {&var, &grad, &m, &v};
   for (int i = 0; i < 4; ++i) {
-    FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, *all[i], kNames[i], &other));
+    FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, *all[i], kRoles[i].name, &other));
     if (other != n) {
-      return Status::Invalid(str_cat(kOp, ": ", kNames[i], " has ", other, " elements ",
+      return Status::Invalid(str_cat(kOp, ": ", kRoles[i].name, " has ", other, " elements ",
                                      all[i]->shape_string(), " but var has ", n,
                                      "; they must match"));
     }
     if (!all[i]->is_contiguous()) {
-      return Status::Invalid(str_cat(kOp, ": ", kNames[i], " must be contiguous, got shape ",
+      return Status::Invalid(str_cat(kOp, ": ", kRoles[i].name, " must be contiguous, got shape ",
                                      all[i]->shape_string(), " with strides ",
                                      strides_string(*all[i])));
     }
@@ -85,20 +86,7 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
 Status AdamWProblem::check(const AdamWTensors &t) const {
   const TensorView *planned[4] = {&desc.var, &desc.grad, &desc.m, &desc.v};
   const TensorView *bound[4] = {&t.var, &t.grad, &t.m, &t.v};
-  for (int i = 0; i < 4; ++i) {
-    FUSEKIT_RETURN_IF_ERROR(check_binding(kOp, kNames[i], *planned[i], *bound[i]));
-    if (n > 0 && bound[i]->data == nullptr)
-      return Status::NullPointer(str_cat(kOp, ": ", kNames[i], " has no data"));
-  }
-  for (int i = 0; i < 4; ++i) {
-    for (int j = i + 1; j < 4; ++j) {
-      if (bound[i]->overlaps(*bound[j])) {  // every pair holds a tensor written in place
-        return Status::Invalid(
-            str_cat(kOp, ": ", kNames[i], " and ", kNames[j], " overlap in memory"));
-      }
-    }
-  }
-  return Status::Ok();
+  return check_bound_tensors(kOp, kRoles, planned, bound);
 }
 
 std::vector<std::string> AdamW::implementations() {

@@ -62,9 +62,13 @@ TensorView without_data(TensorView t) {
   return t;
 }
 
-// The argument names of the aclnn call, in the order of ApplyAdamWQuantTensors.
-constexpr const char *kNames[8] = {"varRef", "grad",  "mRef",       "vRef",
-                                   "qmapM",  "qmapV", "absmaxMRef", "absmaxVRef"};
+// The tensors by role, named as the aclnn call names them, in the order of ApplyAdamWQuantTensors:
+// var, m, v and both absmax written in place; the maps read even when n = 0 (phase two checks
+// them).
+constexpr TensorRole kRoles[8] = {{"varRef", true},       {"grad"},
+                                  {"mRef", true},         {"vRef", true},
+                                  {"qmapM", false, true}, {"qmapV", false, true},
+                                  {"absmaxMRef", true},   {"absmaxVRef", true}};
 
 std::array<const TensorView *, 8> all_of(const ApplyAdamWQuantTensors &t) {
   return {&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v};
@@ -164,27 +168,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
 }
 
 Status ApplyAdamWQuantProblem::check(const ApplyAdamWQuantTensors &t) const {
-  const auto planned = all_of(desc);
-  const auto bound = all_of(t);
-  for (size_t i = 0; i < 8; ++i) {
-    FUSEKIT_RETURN_IF_ERROR(check_binding(kOp, kNames[i], *planned[i], *bound[i]));
-    // The maps are read even when n = 0 (phase two checks them).
-    if (bound[i]->data == nullptr && (n > 0 || i == 4 || i == 5)) {
-      return Status::NullPointer(str_cat(kOp, ": ", kNames[i], " has no data"));
-    }
-  }
-  // In-place outputs (var, m, v, absmax_m, absmax_v): no memory shared with any other argument.
-  constexpr size_t kOuts[5] = {0, 2, 3, 6, 7};
-  constexpr size_t kOthers[8] = {0, 2, 3, 6, 7, 1, 4, 5};  // the outputs first, then the inputs
-  for (size_t i = 0; i < 5; ++i) {
-    for (size_t j = i + 1; j < 8; ++j) {
-      if (bound[kOuts[i]]->overlaps(*bound[kOthers[j]])) {
-        return Status::Invalid(str_cat(kOp, ": ", kNames[kOuts[i]], " and ", kNames[kOthers[j]],
-                                       " overlap in memory"));
-      }
-    }
-  }
-  return Status::Ok();
+  return check_bound_tensors(kOp, kRoles, all_of(desc), all_of(t));
 }
 
 std::vector<std::string> ApplyAdamWQuant::implementations() {

@@ -38,4 +38,31 @@ Status check_binding(const char *op, const char *name, const TensorView &planned
   return Status::Ok();
 }
 
+Status check_bound_tensors(const char *op, std::span<const TensorRole> roles,
+                           std::span<const TensorView *const> planned,
+                           std::span<const TensorView *const> bound) {
+  for (size_t i = 0; i < roles.size(); ++i) {
+    FUSEKIT_RETURN_IF_ERROR(check_binding(op, roles[i].name, *planned[i], *bound[i]));
+    if (bound[i]->data == nullptr && (bound[i]->numel() > 0 || roles[i].read_when_empty)) {
+      return Status::NullPointer(str_cat(op, ": ", roles[i].name, " has no data"));
+    }
+  }
+  // Each written tensor (in role order) against the written ones after it, then against every
+  // input (in role order). Nothing is allocated: phase two runs this on every step.
+  const auto refuse = [&](size_t a, size_t b) {
+    return Status::Invalid(
+        str_cat(op, ": ", roles[a].name, " and ", roles[b].name, " overlap in memory"));
+  };
+  for (size_t a = 0; a < roles.size(); ++a) {
+    if (!roles[a].written) continue;
+    for (size_t b = a + 1; b < roles.size(); ++b) {
+      if (roles[b].written && bound[a]->overlaps(*bound[b])) return refuse(a, b);
+    }
+    for (size_t b = 0; b < roles.size(); ++b) {
+      if (!roles[b].written && bound[a]->overlaps(*bound[b])) return refuse(a, b);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace fusekit

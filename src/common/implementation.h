@@ -155,6 +155,24 @@ Status read_scalar_tensor(const char *op, const char *name, const TensorView &te
   return Status::Ok();
 }
 
+// One tensor of an operator, as its problem's check() sees it: the name the messages use (the aclnn
+// face's), whether the operator writes it, and whether its data is read even when the run updates
+// nothing (an 8-bit optimizer's maps). An operator lists its roles once, in the order of its
+// Tensors struct, and hands them to check_bound_tensors.
+struct TensorRole {
+  const char *name;
+  bool written = false;
+  bool read_when_empty = false;
+};
+
+// The check of the tensors bound to a run, role by role: the planned layout and an aligned data
+// pointer (check_binding), data present (where the tensor has elements or is read when empty),
+// and no memory shared between a written tensor and any other (the written ones first, each
+// against those after it, then against the inputs: "A and B overlap in memory").
+Status check_bound_tensors(const char *op, std::span<const TensorRole> roles,
+                           std::span<const TensorView *const> planned,
+                           std::span<const TensorView *const> bound);
+
 // Whether two descriptions have the same dtype, device, shape and strides (strides of size-1
 // dimensions are not compared). Data pointers are not looked at.
 bool same_layout(const TensorView &a, const TensorView &b);

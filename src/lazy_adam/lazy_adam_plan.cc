@@ -44,6 +44,11 @@ Status check_float_table(const TensorView &t, const char *name) {
   return Status::Ok();
 }
 
+// The tensors by role, named as the aclnn call names them, in the order of LazyAdamTensors: the
+// tables written in place.
+constexpr TensorRole kRoles[5] = {
+    {"gradient"}, {"indices"}, {"inputM", true}, {"inputV", true}, {"inputVar", true}};
+
 TensorView without_data(TensorView t) {
   t.data = nullptr;
   return t;
@@ -127,38 +132,9 @@ Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &op
 }
 
 Status LazyAdamProblem::check(const LazyAdamTensors &t) const {
-  const std::pair<const TensorView *, const TensorView *> pairs[] = {{&desc.gradient, &t.gradient},
-                                                                     {&desc.indices, &t.indices},
-                                                                     {&desc.m, &t.m},
-                                                                     {&desc.v, &t.v},
-                                                                     {&desc.var, &t.var}};
-  const char *names[] = {"gradient", "indices", "inputM", "inputV", "inputVar"};
-  for (size_t i = 0; i < 5; ++i) {
-    FUSEKIT_RETURN_IF_ERROR(check_binding(kOp, names[i], *pairs[i].first, *pairs[i].second));
-    if (pairs[i].second->data == nullptr && pairs[i].second->numel() > 0) {
-      return Status::NullPointer(str_cat(kOp, ": ", names[i], " has no data"));
-    }
-  }
-  // The tables are updated in place: they must not share memory with each other or the inputs.
-  const std::pair<const TensorView *, const char *> tables[] = {
-      {&t.m, "inputM"}, {&t.v, "inputV"}, {&t.var, "inputVar"}};
-  for (size_t i = 0; i < 3; ++i) {
-    for (size_t j = i + 1; j < 3; ++j) {
-      if (tables[i].first->overlaps(*tables[j].first)) {
-        return Status::Invalid(
-            str_cat(kOp, ": ", tables[i].second, " and ", tables[j].second, " overlap in memory"));
-      }
-    }
-    if (tables[i].first->overlaps(t.gradient)) {
-      return Status::Invalid(
-          str_cat(kOp, ": gradient and ", tables[i].second, " overlap in memory"));
-    }
-    if (tables[i].first->overlaps(t.indices)) {
-      return Status::Invalid(
-          str_cat(kOp, ": indices and ", tables[i].second, " overlap in memory"));
-    }
-  }
-  return Status::Ok();
+  const TensorView *planned[5] = {&desc.gradient, &desc.indices, &desc.m, &desc.v, &desc.var};
+  const TensorView *bound[5] = {&t.gradient, &t.indices, &t.m, &t.v, &t.var};
+  return check_bound_tensors(kOp, kRoles, planned, bound);
 }
 
 std::vector<std::string> LazyAdam::implementations() {

@@ -22,10 +22,13 @@ namespace {
 
 constexpr const char *kOp = "LazyAdamQuant";
 
-// The argument names of the aclnn call, in the order of LazyAdamQuantTensors.
-constexpr const char *kNames[9] = {"gradient", "indices", "inputM",  "inputV", "inputVar",
-                                   "qmapM",    "qmapV",   "absmaxM", "absmaxV"};
-enum { kGrad, kIdx, kM, kV, kVar, kQm, kQv, kAm, kAv };
+// The tensors by role, named as the aclnn call names them, in the order of LazyAdamQuantTensors:
+// m, v, var and both absmax written in place; the maps read even when there is nothing to update
+// (phase two checks them).
+constexpr TensorRole kRoles[9] = {
+    {"gradient"},           {"indices"},        {"inputM", true},
+    {"inputV", true},       {"inputVar", true}, {"qmapM", false, true},
+    {"qmapV", false, true}, {"absmaxM", true},  {"absmaxV", true}};
 
 std::array<const TensorView *, 9> all_of(const LazyAdamQuantTensors &t) {
   return {&t.gradient, &t.indices, &t.m,        &t.v,       &t.var,
@@ -184,28 +187,7 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
 }
 
 Status LazyAdamQuantProblem::check(const LazyAdamQuantTensors &t) const {
-  const auto planned = all_of(desc);
-  const auto bound = all_of(t);
-  for (size_t i = 0; i < 9; ++i) {
-    FUSEKIT_RETURN_IF_ERROR(check_binding(kOp, kNames[i], *planned[i], *bound[i]));
-    // The maps are read even when there is nothing to update (phase two checks them).
-    const bool needed = i == kQm || i == kQv || bound[i]->numel() > 0;
-    if (bound[i]->data == nullptr && needed) {
-      return Status::NullPointer(str_cat(kOp, ": ", kNames[i], " has no data"));
-    }
-  }
-  // The written tensors (m, v, var, absmax_m, absmax_v): no memory shared with any other argument.
-  constexpr size_t kOuts[5] = {kM, kV, kVar, kAm, kAv};
-  constexpr size_t kOthers[9] = {kM, kV, kVar, kAm, kAv, kGrad, kIdx, kQm, kQv};
-  for (size_t i = 0; i < 5; ++i) {
-    for (size_t j = i + 1; j < 9; ++j) {
-      if (bound[kOuts[i]]->overlaps(*bound[kOthers[j]])) {
-        return Status::Invalid(str_cat(kOp, ": ", kNames[kOuts[i]], " and ", kNames[kOthers[j]],
-                                       " overlap in memory"));
-      }
-    }
-  }
-  return Status::Ok();
+  return check_bound_tensors(kOp, kRoles, all_of(desc), all_of(t));
 }
 
 std::vector<std::string> LazyAdamQuant::implementations() {
