@@ -41,16 +41,14 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
     int64_t ySliceSize, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor) {
   return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
     TensorView vy, vx, vb, vi, va, vo;
-    Status st = view_of(y, kOp, "y", &vy);
-    if (st.ok()) st = view_of(x, kOp, "x", &vx);
-    if (st.ok()) st = view_of(weightB, kOp, "weightB", &vb);
-    if (st.ok()) st = view_of(indices, kOp, "indices", &vi);
-    if (st.ok()) st = view_of(weightAOptional, kOp, "weightAOptional", &va, /*optional=*/true);
-    if (st.ok()) st = view_of(out, kOp, "out", &vo);
-    if (st.ok() && workspaceSize == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
-    if (st.ok() && executor == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
+    Status st = phase_one_views(kOp,
+                                {{y, "y", &vy},
+                                 {x, "x", &vx},
+                                 {weightB, "weightB", &vb},
+                                 {indices, "indices", &vi},
+                                 {weightAOptional, "weightAOptional", &va, true},
+                                 {out, "out", &vo}},
+                                workspaceSize, executor);
     AddLora plan;
     const AddLoraTensors tensors{vy, vx, vb, vi, va, vo};
     if (st.ok()) {
@@ -59,11 +57,7 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
       options.scale = scale;
       options.y_offset = yOffset;
       options.y_slice_size = ySliceSize;
-      AddLoraProblem problem;
-      st = AddLoraProblem::make(tensors, options, &problem);
-      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-      if (st.ok()) st = AddLora::plan(problem, options, &plan);
-      st = with_aclnn_name(st, "AddLora");
+      st = plan_phase_one<AddLora, AddLoraProblem>(tensors, options, "AddLora", &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
     if (st.ok()) ex = std::make_unique<AddLoraExecutor>(plan, tensors);

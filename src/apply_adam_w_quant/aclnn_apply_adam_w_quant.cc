@@ -58,24 +58,22 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     aclOpExecutor **executor) {
   return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
     TensorView var, g, m, v, qm, qv, am, av, s;
-    Status st = view_of(varRef, kOp, "varRef", &var);
-    if (st.ok()) st = view_of(grad, kOp, "grad", &g);
-    if (st.ok()) st = view_of(mRef, kOp, "mRef", &m);
-    if (st.ok()) st = view_of(vRef, kOp, "vRef", &v);
-    if (st.ok()) st = view_of(qmapM, kOp, "qmapM", &qm);
-    if (st.ok()) st = view_of(qmapV, kOp, "qmapV", &qv);
-    if (st.ok()) st = view_of(absmaxMRef, kOp, "absmaxMRef", &am);
-    if (st.ok()) st = view_of(absmaxVRef, kOp, "absmaxVRef", &av);
-    if (st.ok()) st = view_of(step, kOp, "step", &s);
-    if (st.ok() && workspaceSize == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
-    if (st.ok() && executor == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
-    if (st.ok() && (s.dtype != DType::kInt64 || s.ndim != 1 || s.shape[0] != 1)) {
-      st = Status::Invalid(str_cat(kOp, ": step must be int64 [1], got ", dtype_name(s.dtype), " ",
-                                   s.shape_string()));
+    Status st = phase_one_views(kOp,
+                                {{varRef, "varRef", &var},
+                                 {grad, "grad", &g},
+                                 {mRef, "mRef", &m},
+                                 {vRef, "vRef", &v},
+                                 {qmapM, "qmapM", &qm},
+                                 {qmapV, "qmapV", &qv},
+                                 {absmaxMRef, "absmaxMRef", &am},
+                                 {absmaxVRef, "absmaxVRef", &av},
+                                 {step, "step", &s}},
+                                workspaceSize, executor);
+    if (st.ok()) {
+      st = check_scalar_tensor(
+          kOp, "step", s, DType::kInt64, 1,
+          {{&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}});
     }
-    if (st.ok() && s.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": step has no data"));
     if (st.ok() && blockSize != kAdamWQuantBlockSize) {
       st = Status::Invalid(str_cat(kOp, ": blockSize = ", blockSize, "; only 256 is supported"));
     }
@@ -83,14 +81,6 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
         std::strcmp(quantModeOptional, "BLOCKWISE") != 0) {
       st = Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
                                    "\"; only null or \"BLOCKWISE\" is supported"));
-    }
-    if (st.ok()) {
-      const std::pair<const TensorView *, const char *> outs[] = {
-          {&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}};
-      for (const auto &[t, name] : outs) {
-        if (st.ok() && t->overlaps(s))
-          st = Status::Invalid(str_cat(kOp, ": step and ", name, " overlap in memory"));
-      }
     }
     ApplyAdamWQuant plan;
     const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
@@ -103,11 +93,8 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
       options.eps = eps;
       options.gnorm_scale = gnormScale;
       options.block_size = blockSize;
-      ApplyAdamWQuantProblem problem;
-      st = ApplyAdamWQuantProblem::make(tensors, options, &problem);
-      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-      if (st.ok()) st = ApplyAdamWQuant::plan(problem, options, &plan);
-      st = with_aclnn_name(st, "ApplyAdamWQuant");
+      st = plan_phase_one<ApplyAdamWQuant, ApplyAdamWQuantProblem>(tensors, options,
+                                                                   "ApplyAdamWQuant", &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
     if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s);

@@ -51,21 +51,16 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
     double beta2, double epsilon, uint64_t *workspaceSize, aclOpExecutor **executor) {
   return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
     TensorView g, i, m, v, var, l;
-    Status st = view_of(gradient, kOp, "gradient", &g);
-    if (st.ok()) st = view_of(indices, kOp, "indices", &i);
-    if (st.ok()) st = view_of(inputM, kOp, "inputM", &m);
-    if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
-    if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
-    if (st.ok()) st = view_of(lr, kOp, "lr", &l);
-    if (st.ok() && workspaceSize == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
-    if (st.ok() && executor == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
-    if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
-      st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ",
-                                   dtype_name(l.dtype), " ", l.shape_string()));
-    }
-    if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
+    Status st = phase_one_views(kOp,
+                                {{gradient, "gradient", &g},
+                                 {indices, "indices", &i},
+                                 {inputM, "inputM", &m},
+                                 {inputV, "inputV", &v},
+                                 {inputVar, "inputVar", &var},
+                                 {lr, "lr", &l}},
+                                workspaceSize, executor);
+    // lr is read before anything is written: it may share memory with the tables.
+    if (st.ok()) st = check_scalar_tensor(kOp, "lr", l, DType::kFloat32, 0, {});
     LazyAdam plan;
     const LazyAdamTensors tensors{g, i, m, v, var};
     if (st.ok()) {
@@ -73,11 +68,7 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
       options.beta1 = beta1;
       options.beta2 = beta2;
       options.epsilon = epsilon;
-      LazyAdamProblem problem;
-      st = LazyAdamProblem::make(tensors, options, &problem);
-      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-      if (st.ok()) st = LazyAdam::plan(problem, options, &plan);
-      st = with_aclnn_name(st, "LazyAdam");
+      st = plan_phase_one<LazyAdam, LazyAdamProblem>(tensors, options, "LazyAdam", &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
     if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, tensors, l);

@@ -55,32 +55,22 @@ extern "C" aclnnStatus aclnnLazyAdamQuantGetWorkspaceSize(
     uint64_t *workspaceSize, aclOpExecutor **executor) {
   return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
     TensorView g, i, m, v, var, qm, qv, am, av, l;
-    Status st = view_of(gradient, kOp, "gradient", &g);
-    if (st.ok()) st = view_of(indices, kOp, "indices", &i);
-    if (st.ok()) st = view_of(inputM, kOp, "inputM", &m);
-    if (st.ok()) st = view_of(inputV, kOp, "inputV", &v);
-    if (st.ok()) st = view_of(inputVar, kOp, "inputVar", &var);
-    if (st.ok()) st = view_of(qmapM, kOp, "qmapM", &qm);
-    if (st.ok()) st = view_of(qmapV, kOp, "qmapV", &qv);
-    if (st.ok()) st = view_of(absmaxM, kOp, "absmaxM", &am);
-    if (st.ok()) st = view_of(absmaxV, kOp, "absmaxV", &av);
-    if (st.ok()) st = view_of(lr, kOp, "lr", &l);
-    if (st.ok() && workspaceSize == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": workspaceSize is null"));
-    if (st.ok() && executor == nullptr)
-      st = Status::NullPointer(str_cat(kOp, ": executor is null"));
-    if (st.ok() && (l.dtype != DType::kFloat32 || l.numel() != 1)) {
-      st = Status::Invalid(str_cat(kOp, ": lr must be one float32 element, got ",
-                                   dtype_name(l.dtype), " ", l.shape_string()));
-    }
-    if (st.ok() && l.data == nullptr) st = Status::NullPointer(str_cat(kOp, ": lr has no data"));
+    Status st = phase_one_views(kOp,
+                                {{gradient, "gradient", &g},
+                                 {indices, "indices", &i},
+                                 {inputM, "inputM", &m},
+                                 {inputV, "inputV", &v},
+                                 {inputVar, "inputVar", &var},
+                                 {qmapM, "qmapM", &qm},
+                                 {qmapV, "qmapV", &qv},
+                                 {absmaxM, "absmaxM", &am},
+                                 {absmaxV, "absmaxV", &av},
+                                 {lr, "lr", &l}},
+                                workspaceSize, executor);
     if (st.ok()) {
-      const std::pair<const TensorView *, const char *> outs[] = {
-          {&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}, {&am, "absmaxM"}, {&av, "absmaxV"}};
-      for (const auto &[t, name] : outs) {
-        if (st.ok() && t->overlaps(l))
-          st = Status::Invalid(str_cat(kOp, ": lr and ", name, " overlap in memory"));
-      }
+      st = check_scalar_tensor(
+          kOp, "lr", l, DType::kFloat32, 0,
+          {{&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}, {&am, "absmaxM"}, {&av, "absmaxV"}});
     }
     LazyAdamQuant plan;
     const LazyAdamQuantTensors tensors{g, i, m, v, var, qm, qv, am, av};
@@ -89,11 +79,8 @@ extern "C" aclnnStatus aclnnLazyAdamQuantGetWorkspaceSize(
       options.beta1 = beta1;
       options.beta2 = beta2;
       options.epsilon = epsilon;
-      LazyAdamQuantProblem problem;
-      st = LazyAdamQuantProblem::make(tensors, options, &problem);
-      if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-      if (st.ok()) st = LazyAdamQuant::plan(problem, options, &plan);
-      st = with_aclnn_name(st, "LazyAdamQuant");
+      st = plan_phase_one<LazyAdamQuant, LazyAdamQuantProblem>(tensors, options, "LazyAdamQuant",
+                                                               &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
     if (st.ok()) ex = std::make_unique<LazyAdamQuantExecutor>(plan, tensors, l);

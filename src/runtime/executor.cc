@@ -7,6 +7,7 @@
 #include "common/c_entry.h"
 #include "common/last_message.h"
 #include "common/str_cat.h"
+#include "runtime/acl_tensor.h"
 #include "runtime/stream.h"
 
 namespace fusekit {
@@ -96,6 +97,38 @@ aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_si
   }
   if (st.ok() && !warning.empty()) set_last_message(warning);
   return report(st);
+}
+
+Status phase_one_views(const char *op, std::initializer_list<TensorArg> tensors,
+                       const uint64_t *workspace_size, aclOpExecutor *const *executor) {
+  for (const TensorArg &a : tensors) {
+    FUSEKIT_RETURN_IF_ERROR(view_of(a.tensor, op, a.name, a.view, a.optional));
+  }
+  if (workspace_size == nullptr) return Status::NullPointer(str_cat(op, ": workspaceSize is null"));
+  if (executor == nullptr) return Status::NullPointer(str_cat(op, ": executor is null"));
+  return Status::Ok();
+}
+
+Status check_scalar_tensor(
+    const char *op, const char *name, const TensorView &scalar, DType dtype, int ndim,
+    std::initializer_list<std::pair<const TensorView *, const char *>> written) {
+  if (scalar.dtype != dtype || scalar.numel() != 1 || (ndim > 0 && scalar.ndim != ndim)) {
+    std::string want = str_cat("one ", dtype_name(dtype), " element");  // "int64 [1]" by rank
+    if (ndim > 0) {
+      want = str_cat(dtype_name(dtype), " [1");
+      for (int d = 1; d < ndim; ++d) want += ", 1";
+      want += "]";
+    }
+    return Status::Invalid(str_cat(op, ": ", name, " must be ", want, ", got ",
+                                   dtype_name(scalar.dtype), " ", scalar.shape_string()));
+  }
+  if (scalar.data == nullptr) return Status::NullPointer(str_cat(op, ": ", name, " has no data"));
+  for (const auto &[t, tname] : written) {
+    if (t->overlaps(scalar)) {
+      return Status::Invalid(str_cat(op, ": ", name, " and ", tname, " overlap in memory"));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace fusekit

@@ -7,11 +7,14 @@
 #define FUSEKIT_RUNTIME_EXECUTOR_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "aclnn/acl_meta.h"
 #include "fusekit/status.h"
+#include "fusekit/tensor.h"
 
 struct aclOpExecutor {
   explicit aclOpExecutor(const char *op) : op_name(op) {}
@@ -43,6 +46,37 @@ aclnnStatus report(const Status &status);
 aclnnStatus finish_phase_one(const char *op, const Status &status,
                              std::unique_ptr<aclOpExecutor> executor, uint64_t *workspace_size,
                              aclOpExecutor **out);
+
+// One aclTensor argument of phase one: the tensor, its name, where its view goes.
+struct TensorArg {
+  const aclTensor *tensor;
+  const char *name;
+  TensorView *view;
+  bool optional = false;  // a null tensor leaves the view empty instead of being refused
+};
+
+// Phase one's arguments checked in the order every entry point uses: the views of its tensors
+// (in order), then its two outputs present. The first refusal, naming the argument.
+Status phase_one_views(const char *op, std::initializer_list<TensorArg> tensors,
+                       const uint64_t *workspace_size, aclOpExecutor *const *executor);
+
+// A per-step scalar passed as a tensor (lr, step): one element of `dtype` with data (`ndim`
+// names a required rank, 0: any), and no memory shared with the tensors the step writes.
+Status check_scalar_tensor(
+    const char *op, const char *name, const TensorView &scalar, DType dtype, int ndim,
+    std::initializer_list<std::pair<const TensorView *, const char *>> written);
+
+// Phase one's plan through the C++ API: the problem of `tensors`, checked as phase two would
+// check it, planned; messages carry the aclnn name.
+template <class Plan, class Problem, class Tensors, class Options>
+Status plan_phase_one(const Tensors &tensors, const Options &options, const char *cpp_op,
+                      Plan *plan) {
+  Problem problem;
+  Status st = Problem::make(tensors, options, &problem);
+  if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
+  if (st.ok()) st = Plan::plan(problem, options, plan);
+  return with_aclnn_name(st, cpp_op);
+}
 
 // Phase two: checks the workspace and stream, runs the executor and frees it (on failure too).
 aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
