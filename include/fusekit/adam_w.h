@@ -18,8 +18,9 @@
 // (4.81482486e-35) in float32, so that eps * c2s >= 2^-126 is never 0. See docs/adam_w.md.
 //
 // An AdamWProblem (shapes, dtypes, attributes) is validated once; AdamW::plan() picks an
-// implementation ("cpu_hwy", "cpu_reference"); run() binds the tensors and the step of one run,
-// checks the step, then updates in place. A plan is reused for any number of steps. No workspace.
+// implementation ("cpu_hwy", "cpu_reference"); run() binds the tensors, the step and the learning
+// rate of one run, checks them, then updates in place. A plan is reused for any number of steps
+// (a learning-rate schedule needs no new plan). No workspace.
 #ifndef FUSEKIT_ADAM_W_H_
 #define FUSEKIT_ADAM_W_H_
 
@@ -31,14 +32,15 @@
 #include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
+#include "fusekit/plan_state.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
 namespace fusekit {
 
 struct AdamWOptions {
-  // The attributes as ApplyAdamWQuant takes them (doubles, converted to float32 when planned).
-  double lr = 1e-3;
+  // The attributes as ApplyAdamWQuant takes them (doubles, converted to float32 when planned);
+  // the learning rate is a per-run scalar (AdamWScalars).
   double beta1 = 0.9;
   double beta2 = 0.999;
   double weight_decay = 0.0;
@@ -62,11 +64,13 @@ struct AdamWTensors {
   TensorView var, grad, m, v;
 };
 
-// The per-step scalars. When step_tensor is set (one int64 element on the cpu), the run reads the
-// step from it, when it runs, instead of from `step`.
+// The per-run scalars: the step (0 <= step < 2^62; t = step + 1) and the learning rate (finite,
+// >= 0). When step_tensor (one int64 element) or lr_tensor (one float32 element) is set, the
+// implementation reads the value from it, where it lives, when it runs.
 struct AdamWScalars {
   int64_t step = 0;
-  TensorView step_tensor;
+  float lr = 1e-3f;
+  TensorView step_tensor, lr_tensor;
 };
 
 // What a plan is made for: shapes, dtypes, strides, devices and attributes. Data pointers are not
@@ -81,10 +85,10 @@ class AdamWProblem {
 
   AdamWTensors desc;
   int64_t n = 0;
-  float lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
+  float beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
 };
 
-struct AdamWImpl;  // one implementation (src/adam_w/adam_w_implementations.cc)
+struct AdamWOp;  // the operator as the plan layer sees it (src/adam_w/adam_w_impl.h)
 
 class AdamW {
  public:
@@ -97,36 +101,32 @@ class AdamW {
   FUSEKIT_API static Status plan(const AdamWProblem &problem, const AdamWOptions &options,
                                  AdamW *out);
   // Phase one and a binding in one call: the problem of these tensors, planned, with the tensors
-  // kept for run(step, ...) below.
+  // kept for run(step, lr, ...) below.
   FUSEKIT_API static Status plan(const TensorView &var, const TensorView &grad, const TensorView &m,
                                  const TensorView &v, const AdamWOptions &options, AdamW *out);
 
   // The implementation the plan runs ("cpu_hwy", "cpu_reference").
-  FUSEKIT_API const char *implementation() const;
-  const AdamWProblem &problem() const { return problem_; }
+  const char *implementation() const { return state_.impl_name; }
+  const AdamWProblem &problem() const { return state_.problem; }
 
   // Phase two, any number of times: binds the tensors (checked against the problem: same layouts,
-  // data present, no overlap; the pointers may change from run to run) and the step (0 <= step <
-  // 2^62, t = step + 1 as for ApplyAdamWQuant), then runs.
+  // data present, no overlap; the pointers may change from run to run) and the scalars (0 <= step
+  // < 2^62, t = step + 1 as for ApplyAdamWQuant; lr finite and >= 0), then runs.
   FUSEKIT_API Status run(const AdamWTensors &tensors, const AdamWScalars &scalars,
                          AdamWStats *stats = nullptr, StreamHandle stream = nullptr) const;
   // Phase two on the tensors given to plan(var, ...).
-  FUSEKIT_API Status run(int64_t step, AdamWStats *stats = nullptr) const;
+  FUSEKIT_API Status run(int64_t step, float lr, AdamWStats *stats = nullptr) const;
 
-  int64_t numel() const { return problem_.n; }
+  int64_t numel() const { return state_.problem.n; }
 
  private:
-  AdamWProblem problem_;
-  const AdamWImpl *impl_ = nullptr;
-  int threads_ = 1;
-  AdamWTensors bound_;
-  bool has_bound_ = false;
+  PlanState<AdamWOp, AdamWProblem, AdamWTensors> state_;
 };
 
 // One call: plan and run.
 FUSEKIT_API Status adam_w_step(const TensorView &var, const TensorView &grad, const TensorView &m,
-                               const TensorView &v, int64_t step, const AdamWOptions &options = {},
-                               AdamWStats *stats = nullptr);
+                               const TensorView &v, int64_t step, float lr,
+                               const AdamWOptions &options = {}, AdamWStats *stats = nullptr);
 
 }  // namespace fusekit
 

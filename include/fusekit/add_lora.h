@@ -31,6 +31,7 @@
 #include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
+#include "fusekit/plan_state.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -89,7 +90,7 @@ class AddLoraProblem {
   AddLoraPath path = AddLoraPath::kAuto;
 };
 
-struct AddLoraImpl;  // one implementation (src/add_lora/add_lora_implementations.cc)
+struct AddLoraOp;  // the operator as the plan layer sees it (src/add_lora/add_lora_impl.h)
 
 class AddLora {
  public:
@@ -113,10 +114,10 @@ class AddLora {
                                  const AddLoraOptions &options, AddLora *plan);
 
   // Bytes of scratch memory a run needs (run() aligns the pointer itself).
-  size_t workspace_size() const { return workspace_bytes_; }
+  size_t workspace_size() const { return state_.workspace_bytes; }
   // The implementation the plan runs ("cpu_hwy", "cpu_reference", ...).
-  FUSEKIT_API const char *implementation() const;
-  const AddLoraProblem &problem() const { return problem_; }
+  const char *implementation() const { return state_.impl_name; }
+  const AddLoraProblem &problem() const { return state_.problem; }
 
   // Phase two, any number of times: binds the tensors (checked against the problem; the pointers
   // and the indices may change from run to run), reads the indices (an index > W fails with
@@ -128,19 +129,14 @@ class AddLora {
   FUSEKIT_API Status run(void *workspace, size_t workspace_size,
                          AddLoraStats *stats = nullptr) const;
 
-  int64_t batch() const { return problem_.b; }
-  int64_t rank() const { return problem_.r; }
-  int64_t adapters() const { return problem_.w; }
+  int64_t batch() const { return state_.problem.b; }
+  int64_t rank() const { return state_.problem.r; }
+  int64_t adapters() const { return state_.problem.w; }
   // The instruction set the Highway implementation runs on ("AVX3", "AVX2", ...).
   FUSEKIT_API static const char *optimized_target();
 
  private:
-  AddLoraProblem problem_;
-  const AddLoraImpl *impl_ = nullptr;
-  int threads_ = 1;
-  size_t workspace_bytes_ = 0;
-  AddLoraTensors bound_;
-  bool has_bound_ = false;
+  PlanState<AddLoraOp, AddLoraProblem, AddLoraTensors> state_;
 };
 
 // One call: plan, allocate the workspace, run.

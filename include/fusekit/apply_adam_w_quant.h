@@ -43,6 +43,7 @@
 #include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
+#include "fusekit/plan_state.h"
 #include "fusekit/quant_map.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
@@ -51,12 +52,11 @@ namespace fusekit {
 
 // Elements per absmax block (the only block size CANN's kernel and this one accept).
 inline constexpr int64_t kAdamWQuantBlockSize = 256;
-// kQuantMapSize, create_dynamic_map() and QuantSearch are in fusekit/quant_map.h (shared with
-// LazyAdamQuant). QuantSearch::kAuto picks the table for tensors of 65,536 elements or more.
+// kQuantMapSize and create_dynamic_map() are in fusekit/quant_map.h (shared with LazyAdamQuant).
 
 struct ApplyAdamWQuantOptions {
-  // The attributes as the aclnn call takes them (doubles, converted to float32 when planned).
-  double lr = 1e-3;
+  // The attributes as the aclnn call takes them (doubles, converted to float32 when planned); lr
+  // and step are per-run scalars (ApplyAdamWQuantScalars).
   double beta1 = 0.9;
   double beta2 = 0.999;
   double weight_decay = 0.0;
@@ -64,10 +64,8 @@ struct ApplyAdamWQuantOptions {
   double gnorm_scale = 1.0;
   int64_t block_size = kAdamWQuantBlockSize;  // must be 256
   KernelChoice kernel = KernelChoice::kAuto;
-  QuantSearch search = QuantSearch::kAuto;
   int num_threads = 0;  // 0: fusekit::num_threads() when the plan is made
-  // A name from ApplyAdamWQuant::implementations(), or null: the kernel choice decides. (Last, so
-  // that the fields before it keep their offsets: ab_apply_adam_w_quant calls older builds.)
+  // A name from ApplyAdamWQuant::implementations(), or null: the kernel choice decides.
   const char *implementation = nullptr;
 };
 
@@ -87,11 +85,14 @@ struct ApplyAdamWQuantTensors {
   TensorView var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v;
 };
 
-// The per-step scalars. When step_tensor is set (one int64 element on the cpu), the run reads the
-// step from it, when it runs, instead of from `step` (the aclnn face passes its step tensor).
+// The per-run scalars: the step (0 <= step < 2^62; t = step + 1) and the learning rate (finite,
+// >= 0). When step_tensor (one int64 element) or lr_tensor (one float32 element) is set, the
+// implementation reads the value from it, where it lives, when it runs (the aclnn face passes its
+// step tensor).
 struct ApplyAdamWQuantScalars {
   int64_t step = 0;
-  TensorView step_tensor;
+  float lr = 1e-3f;
+  TensorView step_tensor, lr_tensor;
 };
 
 // What a plan is made for: shapes, dtypes, strides, devices and attributes. Data pointers are not
@@ -108,11 +109,10 @@ class ApplyAdamWQuantProblem {
   ApplyAdamWQuantTensors desc;
   int64_t n = 0, blocks = 0;
   bool contiguous = true;  // var, grad, m and v all contiguous (else the gathering path)
-  float lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
-  QuantSearch search = QuantSearch::kAuto;
+  float beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
 };
 
-struct ApplyAdamWQuantImpl;  // one implementation (apply_adam_w_quant_implementations.cc)
+struct ApplyAdamWQuantOp;  // the operator as the plan layer sees it (apply_adam_w_quant_impl.h)
 
 class ApplyAdamWQuant {
  public:
@@ -125,7 +125,7 @@ class ApplyAdamWQuant {
   FUSEKIT_API static Status plan(const ApplyAdamWQuantProblem &problem,
                                  const ApplyAdamWQuantOptions &options, ApplyAdamWQuant *out);
   // Phase one and a binding in one call: the problem of these tensors, planned, with the tensors
-  // kept for run(step, ...) below.
+  // kept for run(step, lr, ...) below.
   FUSEKIT_API static Status plan(const TensorView &var, const TensorView &grad, const TensorView &m,
                                  const TensorView &v, const TensorView &qmap_m,
                                  const TensorView &qmap_v, const TensorView &absmax_m,
@@ -134,36 +134,28 @@ class ApplyAdamWQuant {
 
   // Bytes of scratch memory a run needs (the search tables of both maps when they are not cached,
   // and the lookup tables where the implementation uses them; run() aligns the pointer).
-  size_t workspace_size() const { return workspace_bytes_; }
-  // The implementation the plan runs ("cpu_avx512vbmi", "cpu_hwy", "cpu_reference").
-  FUSEKIT_API const char *implementation() const;
-  const ApplyAdamWQuantProblem &problem() const { return problem_; }
+  size_t workspace_size() const { return state_.workspace_bytes; }
+  // The implementation the plan runs ("cpu_avx512vbmi", "cpu_hwy", "cpu_reference", ...).
+  const char *implementation() const { return state_.impl_name; }
+  const ApplyAdamWQuantProblem &problem() const { return state_.problem; }
 
   // Phase two, any number of times: binds the tensors (checked against the problem: same layouts,
-  // data present, no overlap; the pointers may change from run to run) and the step, checks the
-  // step (0 <= step < 2^62) and both maps (256 finite floats in ascending order, ties allowed)
+  // data present, no overlap; the pointers may change from run to run) and the scalars, checks
+  // them (0 <= step < 2^62, lr finite and >= 0) and both maps (256 finite floats in ascending order, ties allowed)
   // before writing anything, then runs.
   FUSEKIT_API Status run(const ApplyAdamWQuantTensors &tensors,
                          const ApplyAdamWQuantScalars &scalars, void *workspace,
                          size_t workspace_size, ApplyAdamWQuantStats *stats = nullptr,
                          StreamHandle stream = nullptr) const;
   // Phase two on the tensors given to plan(var, ...).
-  FUSEKIT_API Status run(int64_t step, void *workspace, size_t workspace_size,
+  FUSEKIT_API Status run(int64_t step, float lr, void *workspace, size_t workspace_size,
                          ApplyAdamWQuantStats *stats = nullptr) const;
 
-  int64_t numel() const { return problem_.n; }
-  int64_t num_blocks() const { return problem_.blocks; }
-  // True when the plan's implementation builds the 65,536-entry lookup tables (cpu_hwy with
-  // kTable, or kAuto on a large tensor).
-  FUSEKIT_API bool uses_table() const;
+  int64_t numel() const { return state_.problem.n; }
+  int64_t num_blocks() const { return state_.problem.blocks; }
 
  private:
-  ApplyAdamWQuantProblem problem_;
-  const ApplyAdamWQuantImpl *impl_ = nullptr;
-  int threads_ = 1;
-  size_t workspace_bytes_ = 0;
-  ApplyAdamWQuantTensors bound_;
-  bool has_bound_ = false;
+  PlanState<ApplyAdamWQuantOp, ApplyAdamWQuantProblem, ApplyAdamWQuantTensors> state_;
 };
 
 // One call: plan, allocate the workspace, run.
@@ -171,7 +163,8 @@ FUSEKIT_API Status apply_adam_w_quant_step(const TensorView &var, const TensorVi
                                            const TensorView &m, const TensorView &v,
                                            const TensorView &qmap_m, const TensorView &qmap_v,
                                            const TensorView &absmax_m, const TensorView &absmax_v,
-                                           int64_t step, const ApplyAdamWQuantOptions &options = {},
+                                           int64_t step, float lr,
+                                           const ApplyAdamWQuantOptions &options = {},
                                            ApplyAdamWQuantStats *stats = nullptr);
 
 }  // namespace fusekit

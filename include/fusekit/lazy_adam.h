@@ -25,6 +25,7 @@
 #include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
+#include "fusekit/plan_state.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -75,7 +76,7 @@ class LazyAdamProblem {
   float beta1 = 0, beta2 = 0, epsilon = 0;
 };
 
-struct LazyAdamImpl;  // one implementation (src/lazy_adam/lazy_adam_implementations.cc)
+struct LazyAdamOp;  // the operator as the plan layer sees it (src/lazy_adam/lazy_adam_impl.h)
 
 class LazyAdam {
  public:
@@ -94,10 +95,10 @@ class LazyAdam {
                                  const LazyAdamOptions &options, LazyAdam *out);
 
   // Bytes of scratch memory a run needs (aligned to 64 by the caller or not: run() aligns).
-  size_t workspace_size() const { return workspace_bytes_; }
+  size_t workspace_size() const { return state_.workspace_bytes; }
   // The implementation the plan runs ("cpu_hwy", "cpu_reference", ...).
-  FUSEKIT_API const char *implementation() const;
-  const LazyAdamProblem &problem() const { return problem_; }
+  const char *implementation() const { return state_.impl_name; }
+  const LazyAdamProblem &problem() const { return state_.problem; }
 
   // Phase two, any number of times: binds the tensors (checked against the problem: same layouts,
   // data present, no overlap; the pointers may change from run to run) and the scalars, checks
@@ -110,17 +111,12 @@ class LazyAdam {
   FUSEKIT_API Status run(float lr, void *workspace, size_t workspace_size,
                          LazyAdamStats *stats = nullptr) const;
 
-  int64_t num_indices() const { return problem_.n; }
-  int64_t dim() const { return problem_.d; }
-  int64_t table_rows() const { return problem_.rows; }
+  int64_t num_indices() const { return state_.problem.n; }
+  int64_t dim() const { return state_.problem.d; }
+  int64_t table_rows() const { return state_.problem.rows; }
 
  private:
-  LazyAdamProblem problem_;
-  const LazyAdamImpl *impl_ = nullptr;
-  int threads_ = 1;
-  size_t workspace_bytes_ = 0;
-  LazyAdamTensors bound_;
-  bool has_bound_ = false;
+  PlanState<LazyAdamOp, LazyAdamProblem, LazyAdamTensors> state_;
 };
 
 // One call: plan, allocate the workspace, run.

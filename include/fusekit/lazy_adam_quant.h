@@ -40,7 +40,8 @@
 #include "fusekit/device.h"
 #include "fusekit/export.h"
 #include "fusekit/kernel_choice.h"
-#include "fusekit/quant_map.h"  // create_dynamic_map, QuantSearch
+#include "fusekit/plan_state.h"
+#include "fusekit/quant_map.h"  // create_dynamic_map
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -57,9 +58,7 @@ struct LazyAdamQuantOptions {
   double epsilon = 1e-7;
   KernelChoice kernel = KernelChoice::kAuto;
   const char *implementation = nullptr;  // a name from LazyAdamQuant::implementations(), or auto
-  QuantSearch search =
-      QuantSearch::kAuto;  // cpu_hwy only: kAuto takes the table from N * D >= 65536
-  int num_threads = 0;     // 0: fusekit::num_threads() when the plan is made
+  int num_threads = 0;                   // 0: fusekit::num_threads() when the plan is made
 };
 
 struct LazyAdamQuantStats {
@@ -100,10 +99,9 @@ class LazyAdamQuantProblem {
   LazyAdamQuantTensors desc;
   int64_t n = 0, d = 0, rows = 0, blocks = 0;  // blocks: absmax blocks per row, ceil(d / 256)
   float beta1 = 0, beta2 = 0, epsilon = 0;
-  QuantSearch search = QuantSearch::kAuto;
 };
 
-struct LazyAdamQuantImpl;  // one implementation (src/lazy_adam_quant/..._implementations.cc)
+struct LazyAdamQuantOp;  // the operator as the plan layer sees it (lazy_adam_quant_impl.h)
 
 class LazyAdamQuant {
  public:
@@ -121,10 +119,10 @@ class LazyAdamQuant {
                                  const LazyAdamQuantOptions &options, LazyAdamQuant *out);
 
   // Bytes of scratch memory a run needs (run() aligns the pointer).
-  size_t workspace_size() const { return workspace_bytes_; }
+  size_t workspace_size() const { return state_.workspace_bytes; }
   // The implementation the plan runs ("cpu_avx512vbmi", "cpu_hwy", "cpu_reference").
-  FUSEKIT_API const char *implementation() const;
-  const LazyAdamQuantProblem &problem() const { return problem_; }
+  const char *implementation() const { return state_.impl_name; }
+  const LazyAdamQuantProblem &problem() const { return state_.problem; }
 
   // Phase two, any number of times: binds the tensors (checked against the problem: same layouts,
   // data present, no overlap; the pointers may change from run to run) and the scalars, checks lr
@@ -138,17 +136,12 @@ class LazyAdamQuant {
   FUSEKIT_API Status run(float lr, void *workspace, size_t workspace_size,
                          LazyAdamQuantStats *stats = nullptr) const;
 
-  int64_t num_indices() const { return problem_.n; }
-  int64_t dim() const { return problem_.d; }
-  int64_t table_rows() const { return problem_.rows; }
+  int64_t num_indices() const { return state_.problem.n; }
+  int64_t dim() const { return state_.problem.d; }
+  int64_t table_rows() const { return state_.problem.rows; }
 
  private:
-  LazyAdamQuantProblem problem_;
-  const LazyAdamQuantImpl *impl_ = nullptr;
-  int threads_ = 1;
-  size_t workspace_bytes_ = 0;
-  LazyAdamQuantTensors bound_;
-  bool has_bound_ = false;
+  PlanState<LazyAdamQuantOp, LazyAdamQuantProblem, LazyAdamQuantTensors> state_;
 };
 
 // One call: plan, allocate the workspace, run.

@@ -22,15 +22,6 @@ inline constexpr int kQuantMapSize = 256;
 FUSEKIT_API std::array<float, kQuantMapSize> create_dynamic_map(bool is_signed,
                                                                 int max_exponent_bits = 7);
 
-// How the generic SIMD implementation ("cpu_hwy") of an 8-bit optimizer finds the nearest code.
-// The others ignore it: the reference implementation always runs the exact threshold search by
-// binary search, and the AVX-512 VBMI one its in-register search.
-enum class QuantSearch {
-  kAuto,          // kTable for steps of 65,536 elements or more, else kBinarySearch
-  kTable,         // a 65,536-entry table over the normalized value's float bits, then a comparison
-  kBinarySearch,  // 8 branch-free steps over the 255 decision thresholds
-};
-
 }  // namespace fusekit
 
 #endif  // FUSEKIT_QUANT_MAP_H_

@@ -3,22 +3,27 @@
 #define FUSEKIT_ADAM_W_ADAM_W_IMPL_H_
 
 #include <span>
+#include <string>
 
 #include "adam_w/adam_w_kernels.h"
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "fusekit/adam_w.h"
 
 namespace fusekit {
 
-// No workspace: RunContext::workspace is null.
-struct AdamWImpl {
-  const char *name;
-  const char *(*why_not)(const AdamWProblem &p);  // null: supported on this machine
-  const char *(*target)();                        // instruction set, for FUSEKIT_VERBOSE
-  // The step is already resolved and checked (a CPU implementation reads step_tensor on the host).
-  Status (*run)(const AdamWProblem &p, const AdamWTensors &t, const AdamWScalars &s,
-                const RunContext &ctx, AdamWStats *stats);
+// The operator, as the plan layer (common/plan.h) sees it. No workspace.
+struct AdamWOp {
+  static constexpr const char *kName = "AdamW";
+  using Problem = AdamWProblem;
+  using Tensors = AdamWTensors;
+  using Scalars = AdamWScalars;
+  using Options = AdamWOptions;
+  using Stats = AdamWStats;
+  static std::span<const Implementation<AdamWOp> *const> implementations();
+  static std::string problem_fields(const Problem &p, const Tensors &t);
+  static std::string result_fields(const Stats &st);
 };
+using AdamWImpl = Implementation<AdamWOp>;
 
 // The list, in order of preference (adam_w_implementations.cc).
 std::span<const AdamWImpl *const> adam_w_impls();

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "adam_w/adam_w_impl.h"
+#include "common/adam_update.h"
 #include "common/parallel.h"
 
 namespace fusekit {
@@ -16,10 +17,14 @@ const char *cpu_why_not(const AdamWProblem &p) {
 
 Status cpu_run(AdamWElementsFn kernel, const AdamWProblem &p, const AdamWTensors &t,
                const AdamWScalars &s, const RunContext &ctx, AdamWStats *st) {
+  int64_t step = 0;
+  float lr = 0;
+  FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(AdamWOp::kName, s, &step, &lr));
+  ctx.timer->stage("bind");
   if (p.n == 0) return Status::Ok();
   AdamWArgs a;
   static_cast<AdamScalars &>(a) =
-      derive_adam_scalars(s.step, {p.lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
+      derive_adam_scalars(step, {lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
   a.var = t.var.data;
   a.grad = t.grad.data;
   a.m = t.m.as<float>();
@@ -43,14 +48,11 @@ Status run_reference(const AdamWProblem &p, const AdamWTensors &t, const AdamWSc
                      const RunContext &ctx, AdamWStats *st) {
   return cpu_run(&adam_w_elements_reference, p, t, s, ctx, st);
 }
-const char *scalar_target() {
-  return "scalar";
-}
-
 // Highway SIMD, dispatched to the best instruction set of this CPU (adam_w_hwy.cc).
-constexpr AdamWImpl kCpuHwy{"cpu_hwy", cpu_why_not, adam_w_hwy_target, run_hwy};
+constexpr AdamWImpl kCpuHwy{"cpu_hwy", cpu_why_not, adam_w_hwy_target, nullptr, run_hwy};
 // The plain scalar kernel (adam_w_reference.cc): the fallback and the test oracle's twin.
-constexpr AdamWImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target, run_reference};
+constexpr AdamWImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target, nullptr,
+                                  run_reference};
 
 constexpr const AdamWImpl *kImpls[] = {&kCpuHwy, &kCpuReference};
 

@@ -5,7 +5,7 @@
 
 #include "adam_w/adam_w_impl.h"
 #include "common/adam_update.h"
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/adam_w.h"
@@ -67,13 +67,12 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
     }
   }
   AdamAttributes attr;
-  FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.lr, options.beta1, options.beta2,
+  FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.beta1, options.beta2,
                                                 options.weight_decay, options.eps,
                                                 options.gnorm_scale, &attr));
   AdamWProblem p;
   p.desc = {without_data(var), without_data(grad), without_data(m), without_data(v)};
   p.n = n;
-  p.lr = attr.lr;
   p.beta1 = attr.beta1;
   p.beta2 = attr.beta2;
   p.weight_decay = attr.weight_decay;
@@ -89,83 +88,50 @@ Status AdamWProblem::check(const AdamWTensors &t) const {
   return check_bound_tensors(kOp, kRoles, planned, bound);
 }
 
+std::span<const AdamWImpl *const> AdamWOp::implementations() {
+  return adam_w_impls();
+}
+std::string AdamWOp::problem_fields(const AdamWProblem &p, const AdamWTensors & /*t*/) {
+  return str_cat("n=", p.n, ",dtype=", dtype_name(p.desc.var.dtype));
+}
+std::string AdamWOp::result_fields(const AdamWStats &st) {
+  return str_cat("skipped=", st.elements_skipped_nonfinite);
+}
+
 std::vector<std::string> AdamW::implementations() {
-  return implementation_names(adam_w_impls());
+  return implementation_names<AdamWOp>();
 }
 
 Status AdamW::plan(const AdamWProblem &problem, const AdamWOptions &options, AdamW *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  AdamW p;
-  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, adam_w_impls(), problem, options.kernel,
-                                                options.implementation, &p.impl_));
-  p.problem_ = problem;
-  p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
-  *out = p;
-  return Status::Ok();
+  return make_plan<AdamWOp>(problem, options, &out->state_);
 }
 
 Status AdamW::plan(const TensorView &var, const TensorView &grad, const TensorView &m,
                    const TensorView &v, const AdamWOptions &options, AdamW *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  const AdamWTensors tensors{var, grad, m, v};
-  AdamWProblem problem;
-  FUSEKIT_RETURN_IF_ERROR(AdamWProblem::make(tensors, options, &problem));
-  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
-  AdamW p;
-  FUSEKIT_RETURN_IF_ERROR(plan(problem, options, &p));
-  p.bound_ = tensors;
-  p.has_bound_ = true;
-  *out = p;
-  return Status::Ok();
-}
-
-const char *AdamW::implementation() const {
-  return impl_ != nullptr ? impl_->name : "none";
+  return make_bound_plan<AdamWOp>({var, grad, m, v}, options, &out->state_);
 }
 
 Status AdamW::run(const AdamWTensors &tensors, const AdamWScalars &scalars, AdamWStats *stats,
                   StreamHandle stream) const {
-  AdamWStats local;
-  AdamWStats &st = stats != nullptr ? *stats : local;
-  st = AdamWStats();
-  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
-  StageTimer timer;
-  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
-  AdamWScalars s = scalars;
-  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "step", s.step_tensor, DType::kInt64, &s.step));
-  FUSEKIT_RETURN_IF_ERROR(check_adam_step(kOp, s.step));
-  RunContext ctx;
-  ctx.threads = threads_;
-  ctx.stream = stream;
-  ctx.timer = &timer;
-  timer.stage("bind");
-  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
-  if (timer.on()) {
-    verbose_print(str_cat(kOp, ",n=", problem_.n, ",dtype=", dtype_name(problem_.desc.var.dtype),
-                          ",impl=", impl_->name, ",isa=", impl_->target(), ",threads=", threads_,
-                          ",step=", s.step, ",skipped=", st.elements_skipped_nonfinite, ",",
-                          timer.fields()));
-  }
-  return Status::Ok();
+  return run_plan<AdamWOp>(state_, tensors, scalars, nullptr, 0, stats, stream);
 }
 
-Status AdamW::run(int64_t step, AdamWStats *stats) const {
-  if (!has_bound_) {
-    if (stats != nullptr) *stats = AdamWStats();
-    return Status::Invalid(
-        str_cat(kOp, ": run(step, ...) needs a plan made from tensors; pass the tensors to run()"));
-  }
+Status AdamW::run(int64_t step, float lr, AdamWStats *stats) const {
   AdamWScalars s;
   s.step = step;
-  return run(bound_, s, stats);
+  s.lr = lr;
+  return run_bound<AdamWOp>(state_, s, nullptr, 0, stats, "run(step, lr, ...)");
 }
 
 Status adam_w_step(const TensorView &var, const TensorView &grad, const TensorView &m,
-                   const TensorView &v, int64_t step, const AdamWOptions &options,
+                   const TensorView &v, int64_t step, float lr, const AdamWOptions &options,
                    AdamWStats *stats) {
-  AdamW plan;
-  FUSEKIT_RETURN_IF_ERROR(AdamW::plan(var, grad, m, v, options, &plan));
-  return plan.run(step, stats);
+  AdamWScalars s;
+  s.step = step;
+  s.lr = lr;
+  return run_once<AdamWOp>({var, grad, m, v}, options, s, stats);
 }
 
 }  // namespace fusekit

@@ -4,22 +4,28 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 
 #include "add_lora/add_lora_kernels.h"
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "fusekit/add_lora.h"
 
 namespace fusekit {
 
-struct AddLoraImpl {
-  const char *name;
-  const char *(*why_not)(const AddLoraProblem &p);  // null: supported on this machine
-  const char *(*target)();                          // instruction set, for FUSEKIT_VERBOSE
-  // SIZE_MAX when the workspace for this problem does not fit 64-bit sizes.
-  size_t (*workspace_bytes)(const AddLoraProblem &p, int threads);
-  Status (*run)(const AddLoraProblem &p, const AddLoraTensors &t, const RunContext &ctx,
-                AddLoraStats *stats);
+// The operator, as the plan layer (common/plan.h) sees it. No per-run scalars (scale is an
+// attribute).
+struct AddLoraOp {
+  static constexpr const char *kName = "AddLora";
+  using Problem = AddLoraProblem;
+  using Tensors = AddLoraTensors;
+  using Scalars = NoScalars;
+  using Options = AddLoraOptions;
+  using Stats = AddLoraStats;
+  static std::span<const Implementation<AddLoraOp> *const> implementations();
+  static std::string problem_fields(const Problem &p, const Tensors &t);
+  static std::string result_fields(const Stats &st);
 };
+using AddLoraImpl = Implementation<AddLoraOp>;
 
 // The list, in order of preference (add_lora_implementations.cc).
 std::span<const AddLoraImpl *const> add_lora_impls();

@@ -17,18 +17,14 @@ size_t hwy_workspace_bytes(const AddLoraProblem &p, int threads) {
 size_t reference_workspace_bytes(const AddLoraProblem &p, int threads) {
   return add_lora_cpu_workspace_bytes(AddLoraCpuKernel::kReference, p, threads);
 }
-Status run_hwy(const AddLoraProblem &p, const AddLoraTensors &t, const RunContext &ctx,
-               AddLoraStats *st) {
+Status run_hwy(const AddLoraProblem &p, const AddLoraTensors &t, const NoScalars & /*s*/,
+               const RunContext &ctx, AddLoraStats *st) {
   return add_lora_cpu_run(AddLoraCpuKernel::kHwy, p, t, ctx, st);
 }
-Status run_reference(const AddLoraProblem &p, const AddLoraTensors &t, const RunContext &ctx,
-                     AddLoraStats *st) {
+Status run_reference(const AddLoraProblem &p, const AddLoraTensors &t, const NoScalars & /*s*/,
+                     const RunContext &ctx, AddLoraStats *st) {
   return add_lora_cpu_run(AddLoraCpuKernel::kReference, p, t, ctx, st);
 }
-const char *scalar_target() {
-  return "scalar";
-}
-
 // Highway SIMD (prefill GEMM tiles, decode streams), dispatched to the best instruction set of
 // this CPU (add_lora_hwy.cc), threads from common/parallel.h.
 constexpr AddLoraImpl kCpuHwy{"cpu_hwy", cpu_why_not, add_lora_optimized_target,

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "add_lora/add_lora_impl.h"
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/add_lora.h"
@@ -243,79 +243,44 @@ Status AddLoraProblem::check(const AddLoraTensors &t) const {
   return Status::Ok();
 }
 
+std::span<const AddLoraImpl *const> AddLoraOp::implementations() {
+  return add_lora_impls();
+}
+std::string AddLoraOp::problem_fields(const AddLoraProblem &p, const AddLoraTensors &t) {
+  return str_cat("dtype=", dtype_name(p.desc.y.dtype), ",B=", p.b, ",H1=", p.h1, ",H2=", p.h2,
+                 ",H3=", p.h3, ",R=", p.r, ",W=", p.w, ",weightA=", p.has_a ? "yes" : "no",
+                 ",in_place=", t.out.data == t.y.data ? 1 : 0);
+}
+std::string AddLoraOp::result_fields(const AddLoraStats &st) {
+  return str_cat("rows=", st.rows_with_adapter, ",prefill_groups=", st.prefill_groups,
+                 ",decode_groups=", st.decode_groups);
+}
+
 std::vector<std::string> AddLora::implementations() {
-  return implementation_names(add_lora_impls());
+  return implementation_names<AddLoraOp>();
 }
 
 Status AddLora::plan(const AddLoraProblem &problem, const AddLoraOptions &options, AddLora *plan) {
   if (plan == nullptr) return Status::NullPointer(str_cat(kOp, ": plan is null"));
-  AddLora p;
-  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, add_lora_impls(), problem, options.kernel,
-                                                options.implementation, &p.impl_));
-  p.problem_ = problem;
-  p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
-  p.workspace_bytes_ = p.impl_->workspace_bytes(problem, p.threads_);
-  if (p.workspace_bytes_ == std::numeric_limits<size_t>::max()) {
-    return Status::Invalid(str_cat(kOp, ": the workspace for B = ", problem.b,
-                                   ", H1 = ", problem.h1, ", H2 = ", problem.h2,
-                                   ", R = ", problem.r, " overflows 64-bit sizes"));
-  }
-  *plan = p;
-  return Status::Ok();
+  return make_plan<AddLoraOp>(problem, options, &plan->state_);
 }
 
 Status AddLora::plan(const TensorView &y, const TensorView &x, const TensorView &weight_b,
                      const TensorView &indices, const TensorView &weight_a, const TensorView &out,
                      const AddLoraOptions &options, AddLora *plan) {
   if (plan == nullptr) return Status::NullPointer(str_cat(kOp, ": plan is null"));
-  const AddLoraTensors tensors{y, x, weight_b, indices, weight_a, out};
-  AddLoraProblem problem;
-  FUSEKIT_RETURN_IF_ERROR(AddLoraProblem::make(tensors, options, &problem));
-  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
-  AddLora p;
-  FUSEKIT_RETURN_IF_ERROR(AddLora::plan(problem, options, &p));
-  p.bound_ = tensors;
-  p.has_bound_ = true;
-  *plan = p;
-  return Status::Ok();
-}
-
-const char *AddLora::implementation() const {
-  return impl_ != nullptr ? impl_->name : "none";
+  return make_bound_plan<AddLoraOp>({y, x, weight_b, indices, weight_a, out}, options,
+                                    &plan->state_);
 }
 
 Status AddLora::run(const AddLoraTensors &tensors, void *workspace, size_t workspace_size,
                     AddLoraStats *stats, StreamHandle stream) const {
-  AddLoraStats local;
-  AddLoraStats &st = stats != nullptr ? *stats : local;
-  st = AddLoraStats();
-  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
-  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
-  StageTimer timer;
-  RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
-                                           threads_, stream, &timer, &ctx));
-  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, ctx, &st));
-  if (timer.on()) {
-    const AddLoraProblem &p = problem_;
-    verbose_print(str_cat(kOp, ",dtype=", dtype_name(p.desc.y.dtype), ",B=", p.b, ",H1=", p.h1,
-                          ",H2=", p.h2, ",H3=", p.h3, ",R=", p.r, ",W=", p.w,
-                          ",weightA=", p.has_a ? "yes" : "no",
-                          ",in_place=", tensors.out.data == tensors.y.data ? 1 : 0,
-                          ",impl=", impl_->name, ",isa=", impl_->target(), ",threads=", threads_,
-                          ",rows=", st.rows_with_adapter, ",prefill_groups=", st.prefill_groups,
-                          ",decode_groups=", st.decode_groups, ",", timer.fields()));
-  }
-  return Status::Ok();
+  return run_plan<AddLoraOp>(state_, tensors, {}, workspace, workspace_size, stats, stream);
 }
 
 Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats) const {
-  if (!has_bound_) {
-    if (stats != nullptr) *stats = AddLoraStats();
-    return Status::Invalid(str_cat(
-        kOp, ": run(workspace, ...) needs a plan made from tensors; pass the tensors to run()"));
-  }
-  return run(bound_, workspace, workspace_size, stats);
+  return run_bound<AddLoraOp>(state_, {}, workspace, workspace_size, stats,
+                              "run(workspace, ...)");
 }
 
 const char *AddLora::optimized_target() {
@@ -325,11 +290,7 @@ const char *AddLora::optimized_target() {
 Status add_lora(const TensorView &y, const TensorView &x, const TensorView &weight_b,
                 const TensorView &indices, const TensorView &weight_a, const TensorView &out,
                 const AddLoraOptions &options, AddLoraStats *stats) {
-  AddLora plan;
-  FUSEKIT_RETURN_IF_ERROR(AddLora::plan(y, x, weight_b, indices, weight_a, out, options, &plan));
-  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
-    return plan.run(workspace, plan.workspace_size(), stats);
-  });
+  return run_once<AddLoraOp>({y, x, weight_b, indices, weight_a, out}, options, {}, stats);
 }
 
 }  // namespace fusekit

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/adam_update.h"
 #include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/apply_adam_w_quant.h"
@@ -19,9 +20,10 @@ constexpr const char *kOp = "aclnnApplyAdamWQuant";
 class ApplyAdamWQuantExecutor final : public aclOpExecutor {
  public:
   ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const ApplyAdamWQuantTensors &tensors,
-                          const TensorView &step)
+                          const TensorView &step, double lr)
       : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
     scalars_.step_tensor = step;  // read by the run when phase two runs
+    scalars_.lr = static_cast<float>(lr);
   }
   uint64_t workspace_size() const override { return plan_.workspace_size(); }
   Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
@@ -82,11 +84,11 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
       st = Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
                                    "\"; only null or \"BLOCKWISE\" is supported"));
     }
+    if (st.ok()) st = check_adam_lr(kOp, lr);
     ApplyAdamWQuant plan;
     const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
     if (st.ok()) {
       ApplyAdamWQuantOptions options;
-      options.lr = lr;
       options.beta1 = beta1;
       options.beta2 = beta2;
       options.weight_decay = weightDecay;
@@ -97,7 +99,7 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
                                                                    "ApplyAdamWQuant", &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s);
+    if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s, lr);
     return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
   });
 }

@@ -32,8 +32,6 @@ namespace {
 
 constexpr const char *kOp = "ApplyAdamWQuant";
 constexpr int64_t kBlock = kAdamWQuantBlockSize;
-// Tensors from this many elements on use the lookup tables by default.
-constexpr int64_t kTableMinElements = 65536;
 
 // The workspace: room for the tables when the thread has no cache, then the two lookup tables.
 struct WorkspaceLayout {
@@ -101,9 +99,8 @@ void scatter(const TensorView &t, const int64_t *offs, int64_t count, const void
 
 }  // namespace
 
-bool adam_w_quant_wants_table(const ApplyAdamWQuantProblem &p) {
-  return p.search == QuantSearch::kTable ||
-         (p.search == QuantSearch::kAuto && p.n >= kTableMinElements);
+bool adam_w_quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {
+  return quant_wants_table(search, p.n);
 }
 
 size_t adam_w_quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, bool with_tables) {
@@ -111,8 +108,11 @@ size_t adam_w_quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, bool wi
 }
 
 Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQuantProblem &p,
-                            const ApplyAdamWQuantTensors &t, int64_t step, const RunContext &ctx,
-                            ApplyAdamWQuantStats *stats) {
+                            const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &scalars,
+                            const RunContext &ctx, ApplyAdamWQuantStats *stats) {
+  int64_t step = 0;
+  float lr = 0;
+  FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(kOp, scalars, &step, &lr));
   ApplyAdamWQuantStats &st = *stats;
   StageTimer &timer = *ctx.timer;
 
@@ -131,7 +131,7 @@ Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQ
   a.map_m = cache->tables[0];
   a.map_v = cache->tables[1];
   a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-  if (kernel.reads_tables && adam_w_quant_wants_table(p)) {
+  if (adam_w_quant_wants_table(kernel.search, p)) {
     const WorkspaceLayout w = layout_for(true);
     build_quant_lut(&a.map_m, ctx.workspace + w.lut);
     build_quant_lut(&a.map_v, ctx.workspace + w.lut + quant_lut_bytes());
@@ -141,7 +141,7 @@ Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQ
 
   // ---- update ----
   static_cast<AdamScalars &>(a) =
-      derive_adam_scalars(step, {p.lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
+      derive_adam_scalars(step, {lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
   a.var = t.var.data;
   a.grad = t.grad.data;
   a.m = t.m.as<uint8_t>();

@@ -23,50 +23,60 @@ size_t vbmi_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
 }
 Status vbmi_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t,
                 const ApplyAdamWQuantScalars &s, const RunContext &ctx, ApplyAdamWQuantStats *st) {
-  const AdamWQuantCpuKernel k{adam_w_quant_blocks_avx512vbmi(), false,
+  const AdamWQuantCpuKernel k{adam_w_quant_blocks_avx512vbmi(), QuantSearch::kBinarySearch,
                               &adam_w_quant_prepare_avx512vbmi};
-  return adam_w_quant_cpu_run(k, p, t, s.step, ctx, st);
+  return adam_w_quant_cpu_run(k, p, t, s, ctx, st);
 }
 
-// ---- cpu_hwy: the generic Highway kernel, dispatched to the best target of this CPU ----
+// ---- cpu_hwy: the generic Highway kernel, dispatched to the best target of this CPU; the lookup
+// tables on a large tensor (S = kAuto), or always or never (the variants planned by name) ----
 const char *hwy_target() {
   return adam_w_quant_hwy_target();
 }
+template <QuantSearch S>
 size_t hwy_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
-  return adam_w_quant_cpu_workspace_bytes(p, adam_w_quant_wants_table(p));
+  return adam_w_quant_cpu_workspace_bytes(p, adam_w_quant_wants_table(S, p));
 }
+template <QuantSearch S>
 Status hwy_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t,
                const ApplyAdamWQuantScalars &s, const RunContext &ctx, ApplyAdamWQuantStats *st) {
-  const AdamWQuantCpuKernel k{adam_w_quant_blocks_hwy(), true, nullptr};
-  return adam_w_quant_cpu_run(k, p, t, s.step, ctx, st);
+  const AdamWQuantCpuKernel k{adam_w_quant_blocks_hwy(), S, nullptr};
+  return adam_w_quant_cpu_run(k, p, t, s, ctx, st);
 }
 
 // ---- cpu_reference: the plain scalar kernel, the fallback and the test oracle's twin ----
-const char *scalar_target() {
-  return "scalar";
-}
 size_t reference_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
   return adam_w_quant_cpu_workspace_bytes(p, false);
 }
 Status reference_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t,
                      const ApplyAdamWQuantScalars &s, const RunContext &ctx,
                      ApplyAdamWQuantStats *st) {
-  const AdamWQuantCpuKernel k{&adam_w_quant_blocks_reference, false, nullptr};
-  return adam_w_quant_cpu_run(k, p, t, s.step, ctx, st);
+  const AdamWQuantCpuKernel k{&adam_w_quant_blocks_reference, QuantSearch::kBinarySearch, nullptr};
+  return adam_w_quant_cpu_run(k, p, t, s, ctx, st);
 }
 
-bool no_table(const ApplyAdamWQuantProblem & /*p*/) {
-  return false;
-}
+constexpr ApplyAdamWQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,
+                                             vbmi_workspace_bytes, vbmi_run};
+constexpr ApplyAdamWQuantImpl kCpuHwy{"cpu_hwy", cpu_why_not, hwy_target,
+                                      hwy_workspace_bytes<QuantSearch::kAuto>,
+                                      hwy_run<QuantSearch::kAuto>};
+constexpr ApplyAdamWQuantImpl kCpuHwyTable{"cpu_hwy_table",
+                                           cpu_why_not,
+                                           hwy_target,
+                                           hwy_workspace_bytes<QuantSearch::kTable>,
+                                           hwy_run<QuantSearch::kTable>,
+                                           /*by_name_only=*/true};
+constexpr ApplyAdamWQuantImpl kCpuHwyBinarySearch{"cpu_hwy_binary_search",
+                                                  cpu_why_not,
+                                                  hwy_target,
+                                                  hwy_workspace_bytes<QuantSearch::kBinarySearch>,
+                                                  hwy_run<QuantSearch::kBinarySearch>,
+                                                  /*by_name_only=*/true};
+constexpr ApplyAdamWQuantImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
+                                            reference_workspace_bytes, reference_run};
 
-constexpr ApplyAdamWQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi",     vbmi_why_not, vbmi_target,
-                                             vbmi_workspace_bytes, vbmi_run,     no_table};
-constexpr ApplyAdamWQuantImpl kCpuHwy{"cpu_hwy",           cpu_why_not, hwy_target,
-                                      hwy_workspace_bytes, hwy_run,     adam_w_quant_wants_table};
-constexpr ApplyAdamWQuantImpl kCpuReference{
-    kReferenceName, cpu_why_not, scalar_target, reference_workspace_bytes, reference_run, no_table};
-
-constexpr const ApplyAdamWQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuReference};
+constexpr const ApplyAdamWQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuHwyTable,
+                                                 &kCpuHwyBinarySearch, &kCpuReference};
 
 }  // namespace
 

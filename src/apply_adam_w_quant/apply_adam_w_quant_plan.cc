@@ -9,7 +9,7 @@
 
 #include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
 #include "common/adam_update.h"
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/apply_adam_w_quant.h"
@@ -132,7 +132,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
   FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_m, "qmapM"));
   FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_v, "qmapV"));
   AdamAttributes attr;
-  FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.lr, options.beta1, options.beta2,
+  FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.beta1, options.beta2,
                                                 options.weight_decay, options.eps,
                                                 options.gnorm_scale, &attr));
   // In-place outputs: no element reachable twice.
@@ -156,13 +156,11 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
   p.blocks = blocks;
   p.contiguous =
       var.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous();
-  p.lr = attr.lr;
   p.beta1 = attr.beta1;
   p.beta2 = attr.beta2;
   p.weight_decay = attr.weight_decay;
   p.eps = attr.eps;
   p.gnorm_scale = attr.gnorm_scale;
-  p.search = options.search;
   *out = p;
   return Status::Ok();
 }
@@ -171,21 +169,26 @@ Status ApplyAdamWQuantProblem::check(const ApplyAdamWQuantTensors &t) const {
   return check_bound_tensors(kOp, kRoles, all_of(desc), all_of(t));
 }
 
+std::span<const ApplyAdamWQuantImpl *const> ApplyAdamWQuantOp::implementations() {
+  return apply_adam_w_quant_impls();
+}
+std::string ApplyAdamWQuantOp::problem_fields(const ApplyAdamWQuantProblem &p,
+                                              const ApplyAdamWQuantTensors & /*t*/) {
+  return str_cat("n=", p.n, ",blocks=", p.blocks, ",dtype=", dtype_name(p.desc.var.dtype),
+                 ",layout=", p.contiguous ? "contiguous" : "strided");
+}
+std::string ApplyAdamWQuantOp::result_fields(const ApplyAdamWQuantStats &st) {
+  return str_cat("skipped=", st.blocks_skipped_nonfinite);
+}
+
 std::vector<std::string> ApplyAdamWQuant::implementations() {
-  return implementation_names(apply_adam_w_quant_impls());
+  return implementation_names<ApplyAdamWQuantOp>();
 }
 
 Status ApplyAdamWQuant::plan(const ApplyAdamWQuantProblem &problem,
                              const ApplyAdamWQuantOptions &options, ApplyAdamWQuant *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  ApplyAdamWQuant p;
-  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, apply_adam_w_quant_impls(), problem,
-                                                options.kernel, options.implementation, &p.impl_));
-  p.problem_ = problem;
-  p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
-  p.workspace_bytes_ = p.impl_->workspace_bytes(problem, p.threads_);
-  *out = p;
-  return Status::Ok();
+  return make_plan<ApplyAdamWQuantOp>(problem, options, &out->state_);
 }
 
 Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, const TensorView &m,
@@ -194,77 +197,37 @@ Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, cons
                              const TensorView &absmax_v, const ApplyAdamWQuantOptions &options,
                              ApplyAdamWQuant *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  const ApplyAdamWQuantTensors tensors{var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v};
-  ApplyAdamWQuantProblem problem;
-  FUSEKIT_RETURN_IF_ERROR(ApplyAdamWQuantProblem::make(tensors, options, &problem));
-  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
-  ApplyAdamWQuant p;
-  FUSEKIT_RETURN_IF_ERROR(plan(problem, options, &p));
-  p.bound_ = tensors;
-  p.has_bound_ = true;
-  *out = p;
-  return Status::Ok();
-}
-
-const char *ApplyAdamWQuant::implementation() const {
-  return impl_ != nullptr ? impl_->name : "none";
-}
-
-bool ApplyAdamWQuant::uses_table() const {
-  return impl_ != nullptr && impl_->uses_table(problem_);
+  return make_bound_plan<ApplyAdamWQuantOp>(
+      {var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v}, options, &out->state_);
 }
 
 Status ApplyAdamWQuant::run(const ApplyAdamWQuantTensors &tensors,
                             const ApplyAdamWQuantScalars &scalars, void *workspace,
                             size_t workspace_size, ApplyAdamWQuantStats *stats,
                             StreamHandle stream) const {
-  ApplyAdamWQuantStats local;
-  ApplyAdamWQuantStats &st = stats != nullptr ? *stats : local;
-  st = ApplyAdamWQuantStats();
-  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
-  StageTimer timer;
-  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
-  ApplyAdamWQuantScalars s = scalars;
-  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "step", s.step_tensor, DType::kInt64, &s.step));
-  FUSEKIT_RETURN_IF_ERROR(check_adam_step(kOp, s.step));
-  RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
-                                           threads_, stream, &timer, &ctx));
-  timer.stage("bind");
-  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
-  if (timer.on()) {
-    verbose_print(str_cat(kOp, ",n=", problem_.n, ",blocks=", problem_.blocks,
-                          ",dtype=", dtype_name(problem_.desc.var.dtype), ",layout=",
-                          problem_.contiguous ? "contiguous" : "strided", ",impl=", impl_->name,
-                          ",isa=", impl_->target(), ",threads=", threads_, ",step=", s.step,
-                          ",skipped=", st.blocks_skipped_nonfinite, ",", timer.fields()));
-  }
-  return Status::Ok();
+  return run_plan<ApplyAdamWQuantOp>(state_, tensors, scalars, workspace, workspace_size, stats,
+                                     stream);
 }
 
-Status ApplyAdamWQuant::run(int64_t step, void *workspace, size_t workspace_size,
+Status ApplyAdamWQuant::run(int64_t step, float lr, void *workspace, size_t workspace_size,
                             ApplyAdamWQuantStats *stats) const {
-  if (!has_bound_) {
-    if (stats != nullptr) *stats = ApplyAdamWQuantStats();
-    return Status::Invalid(
-        str_cat(kOp, ": run(step, ...) needs a plan made from tensors; pass the tensors to run()"));
-  }
   ApplyAdamWQuantScalars s;
   s.step = step;
-  return run(bound_, s, workspace, workspace_size, stats);
+  s.lr = lr;
+  return run_bound<ApplyAdamWQuantOp>(state_, s, workspace, workspace_size, stats,
+                                      "run(step, lr, ...)");
 }
 
 Status apply_adam_w_quant_step(const TensorView &var, const TensorView &grad, const TensorView &m,
                                const TensorView &v, const TensorView &qmap_m,
                                const TensorView &qmap_v, const TensorView &absmax_m,
-                               const TensorView &absmax_v, int64_t step,
+                               const TensorView &absmax_v, int64_t step, float lr,
                                const ApplyAdamWQuantOptions &options, ApplyAdamWQuantStats *stats) {
-  ApplyAdamWQuant plan;
-  FUSEKIT_RETURN_IF_ERROR(
-      ApplyAdamWQuant::plan(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, options, &plan));
-  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
-    return plan.run(step, workspace, plan.workspace_size(), stats);
-  });
+  ApplyAdamWQuantScalars s;
+  s.step = step;
+  s.lr = lr;
+  return run_once<ApplyAdamWQuantOp>({var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v},
+                                     options, s, stats);
 }
 
 }  // namespace fusekit

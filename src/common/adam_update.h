@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/implementation.h"
 #include "common/str_cat.h"
 #include "fusekit/float16.h"
 #include "fusekit/status.h"
@@ -117,11 +118,11 @@ inline Status check_attr(const char *op, const char *name, double value, bool ok
 }  // namespace adam_detail
 
 // Validates the attributes (the aclnn names in the messages) and converts them to float32.
-inline Status check_adam_attributes(const char *op, double lr, double beta1, double beta2,
+// (lr is a per-run scalar: host_adam_scalars below.)
+inline Status check_adam_attributes(const char *op, double beta1, double beta2,
                                     double weight_decay, double eps, double gnorm_scale,
                                     AdamAttributes *out) {
   using adam_detail::check_attr;
-  FUSEKIT_RETURN_IF_ERROR(check_attr(op, "lr", lr, lr >= 0.0, "must be finite and >= 0"));
   FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta1", beta1,
                                      beta1 >= 0.0 && static_cast<float>(beta1) < 1.0f,
                                      "must be in [0, 1) in float32"));
@@ -136,7 +137,6 @@ inline Status check_adam_attributes(const char *op, double lr, double beta1, dou
                                      "that eps * sqrt(1 - beta2^t) >= 2^-126 is never 0"));
   FUSEKIT_RETURN_IF_ERROR(
       check_attr(op, "gnormScale", gnorm_scale, true, "must be finite in float32"));
-  out->lr = static_cast<float>(lr);
   out->beta1 = static_cast<float>(beta1);
   out->beta2 = static_cast<float>(beta2);
   out->weight_decay = static_cast<float>(weight_decay);
@@ -145,11 +145,27 @@ inline Status check_adam_attributes(const char *op, double lr, double beta1, dou
   return Status::Ok();
 }
 
-inline Status check_adam_step(const char *op, int64_t step) {
-  if (step < 0 || step >= kAdamMaxStep) {
+// The learning rate: finite and >= 0 as a double and in float32.
+inline Status check_adam_lr(const char *op, double lr) {
+  return adam_detail::check_attr(op, "lr", lr, lr >= 0.0,
+                                 "must be finite and >= 0; nothing was modified");
+}
+
+// A CPU implementation's per-run scalars (AdamWScalars, ApplyAdamWQuantScalars): the values, or
+// their tensors where set (read on the host, now), checked: 0 <= step < 2^62, lr finite and >= 0.
+template <class Scalars>
+Status host_adam_scalars(const char *op, const Scalars &s, int64_t *step, float *lr) {
+  int64_t t = s.step;
+  float l = s.lr;
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(op, "step", s.step_tensor, DType::kInt64, &t));
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(op, "lr", s.lr_tensor, DType::kFloat32, &l));
+  if (t < 0 || t >= kAdamMaxStep) {
     return Status::Invalid(
-        str_cat(op, ": step = ", step, " must be in [0, 2^62); nothing was modified"));
+        str_cat(op, ": step = ", t, " must be in [0, 2^62); nothing was modified"));
   }
+  FUSEKIT_RETURN_IF_ERROR(check_adam_lr(op, l));
+  *step = t;
+  *lr = l;
   return Status::Ok();
 }
 

@@ -1,24 +1,12 @@
 // fusekit internal: the seam between an operator's plan and its implementations.
 //
-// Every operator has, in src/<op>/<op>_implementations.cc, an ordered list of implementations
-// (the reference implementation last). An implementation is a struct of plain function pointers
-// over the operator's Problem (shapes, dtypes, strides, attributes; no pointers):
-//
-//   struct XxxImpl {
-//     const char *name;                                        // "cpu_hwy", "cpu_reference", ...
-//     const char *(*why_not)(const XxxProblem &);              // null: supported on this machine
-//     size_t (*workspace_bytes)(const XxxProblem &, int threads);
-//     Status (*run)(const XxxProblem &, const XxxTensors &, const XxxScalars &, const RunContext &,
-//                   XxxStats *);
-//   };
-//
-// A plan picks one (choose_implementation below), books its workspace, and runs it any number of
-// times on tensors bound per run. run() does the per-step data work (index checks, grouping,
-// gathering) as named stages on ctx.timer, and must not write anything before its data checks
-// pass.
+// What an implementation (common/plan.h) gets for a run, and the helpers every operator's
+// problem and implementations share: the workspace, the per-run scalar tensors, the check of the
+// tensors bound to a run by role.
 #ifndef FUSEKIT_COMMON_IMPLEMENTATION_H_
 #define FUSEKIT_COMMON_IMPLEMENTATION_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -52,44 +40,6 @@ struct RunContext {
   StreamHandle stream = nullptr;
   StageTimer *timer = nullptr;  // never null inside run()
 };
-
-// The first implementation of `list` that supports the problem (why_not() == null) and matches
-// the request: a name (when non-empty), else the kernel choice.
-template <class Impl, class Problem>
-Status choose_implementation(const char *op, std::span<const Impl *const> list, const Problem &p,
-                             KernelChoice choice, const char *name, const Impl **out) {
-  const bool by_name = name != nullptr && *name != '\0';
-  std::string compiled, reasons;
-  for (const Impl *impl : list) {
-    compiled += (compiled.empty() ? "" : ", ") + std::string(impl->name);
-    const bool is_ref = std::strcmp(impl->name, kReferenceName) == 0;
-    if (by_name ? std::strcmp(impl->name, name) != 0
-                : (choice == KernelChoice::kReference && !is_ref) ||
-                      (choice == KernelChoice::kOptimized && is_ref)) {
-      continue;
-    }
-    if (const char *why = impl->why_not(p); why != nullptr) {
-      reasons += str_cat(reasons.empty() ? "" : "; ", impl->name, ": ", why);
-      continue;
-    }
-    *out = impl;
-    return Status::Ok();
-  }
-  if (by_name && reasons.empty()) {
-    return Status::Invalid(
-        str_cat(op, ": no implementation is named \"", name, "\" (built: ", compiled, ")"));
-  }
-  return Status::NoImplementation(str_cat(
-      op, ": no implementation built into this library supports this problem on this machine (",
-      reasons.empty() ? std::string("none requested") : reasons, "; built: ", compiled, ")"));
-}
-
-template <class Impl>
-std::vector<std::string> implementation_names(std::span<const Impl *const> list) {
-  std::vector<std::string> names;
-  for (const Impl *impl : list) names.emplace_back(impl->name);
-  return names;
-}
 
 // The workspace a run was given: big enough, present when needed, then aligned.
 inline Status aligned_workspace(const char *op, void *workspace, size_t size, size_t needed,
@@ -152,6 +102,17 @@ Status read_scalar_tensor(const char *op, const char *name, const TensorView &te
                                    tensor.shape_string()));
   }
   std::memcpy(value, tensor.data, sizeof(T));
+  return Status::Ok();
+}
+
+// A CPU implementation's learning rate: `lr`, or the one float32 element of `lr_tensor` where that
+// is set (read on the host, now); refused when it is not finite.
+inline Status host_lr(const char *op, float lr, const TensorView &lr_tensor, float *out) {
+  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(op, "lr", lr_tensor, DType::kFloat32, &lr));
+  if (!std::isfinite(lr)) {
+    return Status::Invalid(str_cat(op, ": lr = ", lr, " is not finite; nothing was modified"));
+  }
+  *out = lr;
   return Status::Ok();
 }
 

@@ -27,6 +27,21 @@ namespace fusekit {
 // ---------------------------------------------------------------------------------------------
 inline constexpr int kLutBuckets = 1 << 16;
 
+// How a CPU kernel that can use the 65,536-entry lookup tables (cpu_hwy) finds the nearest code.
+// Not an option: "cpu_hwy" is kAuto; its variants "cpu_hwy_table" and "cpu_hwy_binary_search"
+// (planned by name only, for tests and tuning runs) force one way.
+enum class QuantSearch {
+  kAuto,          // kTable for steps of kQuantTableMinElements elements or more (building the
+                  // tables costs about 0.1 ms), else kBinarySearch
+  kTable,         // a 65,536-entry table over the normalized value's float bits, then a comparison
+  kBinarySearch,  // 8 branch-free steps over the 255 decision thresholds
+};
+inline constexpr int64_t kQuantTableMinElements = 65536;
+inline bool quant_wants_table(QuantSearch search, int64_t elements) {
+  return search == QuantSearch::kTable ||
+         (search == QuantSearch::kAuto && elements >= kQuantTableMinElements);
+}
+
 struct QuantMapTables {
   const float *q = nullptr;          // the map, 256 floats
   const float *thr = nullptr;        // 256 floats (NaN from K - 1 on)

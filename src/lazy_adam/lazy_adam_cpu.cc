@@ -50,8 +50,10 @@ size_t lazy_adam_cpu_workspace_bytes(const LazyAdamProblem &p, int threads) {
 }
 
 Status lazy_adam_cpu_run(LazyAdamRowsFn kernel, int64_t prefetch_ahead, const LazyAdamProblem &p,
-                         const LazyAdamTensors &t, float lr, const RunContext &ctx,
+                         const LazyAdamTensors &t, const LazyAdamScalars &s, const RunContext &ctx,
                          LazyAdamStats *stats) {
+  float lr = 0;
+  FUSEKIT_RETURN_IF_ERROR(host_lr(LazyAdamOp::kName, s.lr, s.lr_tensor, &lr));
   LazyAdamStats &st = *stats;
   const int64_t n = p.n, rows = p.rows;
   if (n == 0) return Status::Ok();

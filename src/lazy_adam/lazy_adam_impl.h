@@ -4,22 +4,27 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "fusekit/lazy_adam.h"
 #include "lazy_adam/lazy_adam_kernels.h"
 
 namespace fusekit {
 
-struct LazyAdamImpl {
-  const char *name;
-  const char *(*why_not)(const LazyAdamProblem &p);  // null: supported on this machine
-  const char *(*target)();                           // instruction set, for FUSEKIT_VERBOSE
-  size_t (*workspace_bytes)(const LazyAdamProblem &p, int threads);
-  // lr is already resolved (a CPU implementation reads lr_tensor on the host).
-  Status (*run)(const LazyAdamProblem &p, const LazyAdamTensors &t, const LazyAdamScalars &s,
-                const RunContext &ctx, LazyAdamStats *stats);
+// The operator, as the plan layer (common/plan.h) sees it.
+struct LazyAdamOp {
+  static constexpr const char *kName = "LazyAdam";
+  using Problem = LazyAdamProblem;
+  using Tensors = LazyAdamTensors;
+  using Scalars = LazyAdamScalars;
+  using Options = LazyAdamOptions;
+  using Stats = LazyAdamStats;
+  static std::span<const Implementation<LazyAdamOp> *const> implementations();
+  static std::string problem_fields(const Problem &p, const Tensors &t);
+  static std::string result_fields(const Stats &st);
 };
+using LazyAdamImpl = Implementation<LazyAdamOp>;
 
 // The list, in order of preference (lazy_adam_implementations.cc).
 std::span<const LazyAdamImpl *const> lazy_adam_impls();
@@ -27,8 +32,10 @@ std::span<const LazyAdamImpl *const> lazy_adam_impls();
 // The CPU implementations' run: the stages check, group and update (lazy_adam_cpu.cc), with the
 // row kernel and the prefetch distance of the implementation.
 size_t lazy_adam_cpu_workspace_bytes(const LazyAdamProblem &p, int threads);
+// Reads lr (the scalar or, when set, the lr tensor on the host) and refuses a non-finite one
+// before anything else.
 Status lazy_adam_cpu_run(LazyAdamRowsFn kernel, int64_t prefetch_ahead, const LazyAdamProblem &p,
-                         const LazyAdamTensors &t, float lr, const RunContext &ctx,
+                         const LazyAdamTensors &t, const LazyAdamScalars &s, const RunContext &ctx,
                          LazyAdamStats *stats);
 
 }  // namespace fusekit

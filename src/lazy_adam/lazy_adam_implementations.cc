@@ -29,14 +29,11 @@ int64_t prefetch_ahead(int64_t dim) {
 
 Status run_hwy(const LazyAdamProblem &p, const LazyAdamTensors &t, const LazyAdamScalars &s,
                const RunContext &ctx, LazyAdamStats *st) {
-  return lazy_adam_cpu_run(lazy_adam_rows_optimized(), prefetch_ahead(p.d), p, t, s.lr, ctx, st);
+  return lazy_adam_cpu_run(lazy_adam_rows_optimized(), prefetch_ahead(p.d), p, t, s, ctx, st);
 }
 Status run_reference(const LazyAdamProblem &p, const LazyAdamTensors &t, const LazyAdamScalars &s,
                      const RunContext &ctx, LazyAdamStats *st) {
-  return lazy_adam_cpu_run(&lazy_adam_rows_reference, 0, p, t, s.lr, ctx, st);
-}
-const char *scalar_target() {
-  return "scalar";
+  return lazy_adam_cpu_run(&lazy_adam_rows_reference, 0, p, t, s, ctx, st);
 }
 
 // Highway SIMD rows, dispatched to the best instruction set of this CPU (lazy_adam_hwy.cc).

@@ -8,7 +8,7 @@
 #include <new>
 #include <utility>
 
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/lazy_adam.h"
@@ -137,88 +137,51 @@ Status LazyAdamProblem::check(const LazyAdamTensors &t) const {
   return check_bound_tensors(kOp, kRoles, planned, bound);
 }
 
+std::span<const LazyAdamImpl *const> LazyAdamOp::implementations() {
+  return lazy_adam_impls();
+}
+std::string LazyAdamOp::problem_fields(const LazyAdamProblem &p, const LazyAdamTensors & /*t*/) {
+  return str_cat("N=", p.n, ",R=", p.rows, ",D=", p.d, ",index=", dtype_name(p.desc.indices.dtype));
+}
+std::string LazyAdamOp::result_fields(const LazyAdamStats &st) {
+  return str_cat("rows=", st.rows_updated, ",skipped=", st.rows_skipped_nonfinite);
+}
+
 std::vector<std::string> LazyAdam::implementations() {
-  return implementation_names(lazy_adam_impls());
+  return implementation_names<LazyAdamOp>();
 }
 
 Status LazyAdam::plan(const LazyAdamProblem &problem, const LazyAdamOptions &options,
                       LazyAdam *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  LazyAdam p;
-  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, lazy_adam_impls(), problem, options.kernel,
-                                                options.implementation, &p.impl_));
-  p.problem_ = problem;
-  p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
-  p.workspace_bytes_ = p.impl_->workspace_bytes(problem, p.threads_);
-  *out = p;
-  return Status::Ok();
+  return make_plan<LazyAdamOp>(problem, options, &out->state_);
 }
 
 Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, const TensorView &m,
                       const TensorView &v, const TensorView &var, const LazyAdamOptions &options,
                       LazyAdam *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  const LazyAdamTensors tensors{gradient, indices, m, v, var};
-  LazyAdamProblem problem;
-  FUSEKIT_RETURN_IF_ERROR(LazyAdamProblem::make(tensors, options, &problem));
-  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
-  LazyAdam p;
-  FUSEKIT_RETURN_IF_ERROR(plan(problem, options, &p));
-  p.bound_ = tensors;
-  p.has_bound_ = true;
-  *out = p;
-  return Status::Ok();
-}
-
-const char *LazyAdam::implementation() const {
-  return impl_ != nullptr ? impl_->name : "none";
+  return make_bound_plan<LazyAdamOp>({gradient, indices, m, v, var}, options, &out->state_);
 }
 
 Status LazyAdam::run(const LazyAdamTensors &tensors, const LazyAdamScalars &scalars,
                      void *workspace, size_t workspace_size, LazyAdamStats *stats,
                      StreamHandle stream) const {
-  LazyAdamStats local;
-  LazyAdamStats &st = stats != nullptr ? *stats : local;
-  st = LazyAdamStats();
-  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
-  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
-  LazyAdamScalars s = scalars;
-  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "lr", s.lr_tensor, DType::kFloat32, &s.lr));
-  if (!std::isfinite(s.lr)) return Status::Invalid(str_cat(kOp, ": lr = ", s.lr, " is not finite"));
-  StageTimer timer;
-  RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
-                                           threads_, stream, &timer, &ctx));
-  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
-  if (timer.on()) {
-    verbose_print(str_cat(kOp, ",N=", problem_.n, ",R=", problem_.rows, ",D=", problem_.d,
-                          ",index=", dtype_name(problem_.desc.indices.dtype), ",impl=", impl_->name,
-                          ",isa=", impl_->target(), ",threads=", threads_,
-                          ",rows=", st.rows_updated, ",skipped=", st.rows_skipped_nonfinite, ",",
-                          timer.fields()));
-  }
-  return Status::Ok();
+  return run_plan<LazyAdamOp>(state_, tensors, scalars, workspace, workspace_size, stats, stream);
 }
 
 Status LazyAdam::run(float lr, void *workspace, size_t workspace_size, LazyAdamStats *stats) const {
-  if (!has_bound_) {
-    if (stats != nullptr) *stats = LazyAdamStats();
-    return Status::Invalid(
-        str_cat(kOp, ": run(lr, ...) needs a plan made from tensors; pass the tensors to run()"));
-  }
   LazyAdamScalars s;
   s.lr = lr;
-  return run(bound_, s, workspace, workspace_size, stats);
+  return run_bound<LazyAdamOp>(state_, s, workspace, workspace_size, stats, "run(lr, ...)");
 }
 
 Status lazy_adam_step(const TensorView &gradient, const TensorView &indices, const TensorView &m,
                       const TensorView &v, const TensorView &var, float lr,
                       const LazyAdamOptions &options, LazyAdamStats *stats) {
-  LazyAdam plan;
-  FUSEKIT_RETURN_IF_ERROR(LazyAdam::plan(gradient, indices, m, v, var, options, &plan));
-  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
-    return plan.run(lr, workspace, plan.workspace_size(), stats);
-  });
+  LazyAdamScalars s;
+  s.lr = lr;
+  return run_once<LazyAdamOp>({gradient, indices, m, v, var}, options, s, stats);
 }
 
 }  // namespace fusekit

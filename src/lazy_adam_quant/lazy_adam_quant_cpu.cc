@@ -25,8 +25,6 @@ namespace fusekit {
 namespace {
 
 constexpr const char *kOp = "LazyAdamQuant";
-// Steps of this many elements (N * D) on use the lookup tables by default (cpu_hwy).
-constexpr int64_t kTableMinElements = 65536;
 
 // The workspace: the check and group stages' part, room for the tables when the thread has no
 // cache, the two lookup tables (cpu_hwy with the table search), one kernel scratch per thread.
@@ -52,9 +50,8 @@ WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with
 
 }  // namespace
 
-bool lazy_adam_quant_wants_table(const LazyAdamQuantProblem &p) {
-  return p.search == QuantSearch::kTable ||
-         (p.search == QuantSearch::kAuto && p.n * p.d >= kTableMinElements);
+bool lazy_adam_quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
+  return quant_wants_table(search, p.n * p.d);
 }
 
 size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads,
@@ -63,8 +60,10 @@ size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int th
 }
 
 Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyAdamQuantProblem &p,
-                               const LazyAdamQuantTensors &t, float lr, const RunContext &ctx,
-                               LazyAdamQuantStats *stats) {
+                               const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
+                               const RunContext &ctx, LazyAdamQuantStats *stats) {
+  float lr = 0;
+  FUSEKIT_RETURN_IF_ERROR(host_lr(kOp, s.lr, s.lr_tensor, &lr));
   LazyAdamQuantStats &st = *stats;
   StageTimer &timer = *ctx.timer;
   const int threads = ctx.threads;
@@ -77,7 +76,7 @@ Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyA
     timer.stage("check");
     return Status::Ok();
   }
-  const bool with_lut = kernel.reads_tables && lazy_adam_quant_wants_table(p);
+  const bool with_lut = lazy_adam_quant_wants_table(kernel.search, p);
   const WorkspaceLayout w = layout_for(p, threads, with_lut);
   char *base = ctx.workspace;
   RowEntries e;

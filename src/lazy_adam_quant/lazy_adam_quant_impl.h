@@ -4,22 +4,28 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 
-#include "common/implementation.h"
+#include "common/plan.h"
+#include "common/quant_search.h"
 #include "fusekit/lazy_adam_quant.h"
 #include "lazy_adam_quant/lazy_adam_quant_kernels.h"
 
 namespace fusekit {
 
-struct LazyAdamQuantImpl {
-  const char *name;
-  const char *(*why_not)(const LazyAdamQuantProblem &p);  // null: supported on this machine
-  const char *(*target)();                                // instruction set, for FUSEKIT_VERBOSE
-  size_t (*workspace_bytes)(const LazyAdamQuantProblem &p, int threads);
-  // lr is already resolved and checked (a CPU implementation reads lr_tensor on the host).
-  Status (*run)(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
-                const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *stats);
+// The operator, as the plan layer (common/plan.h) sees it.
+struct LazyAdamQuantOp {
+  static constexpr const char *kName = "LazyAdamQuant";
+  using Problem = LazyAdamQuantProblem;
+  using Tensors = LazyAdamQuantTensors;
+  using Scalars = LazyAdamQuantScalars;
+  using Options = LazyAdamQuantOptions;
+  using Stats = LazyAdamQuantStats;
+  static std::span<const Implementation<LazyAdamQuantOp> *const> implementations();
+  static std::string problem_fields(const Problem &p, const Tensors &t);
+  static std::string result_fields(const Stats &st);
 };
+using LazyAdamQuantImpl = Implementation<LazyAdamQuantOp>;
 
 // The list, in order of preference (lazy_adam_quant_implementations.cc).
 std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_impls();
@@ -27,24 +33,24 @@ std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_impls();
 // What the CPU run (lazy_adam_quant_cpu.cc) needs to know of a CPU implementation's kernel.
 struct LazyAdamQuantCpuKernel {
   LazyAdamQuantRowsFn rows;
-  // Whether the kernel reads the 65,536-entry lookup tables; they are built when it does and the
-  // problem asks for them (lazy_adam_quant_wants_table).
-  bool reads_tables;
+  // Whether the kernel builds and reads the 65,536-entry lookup tables: kBinarySearch for a kernel
+  // that never does, kAuto (on a large step), kTable (always).
+  QuantSearch search;
   // Tables the kernel derives from the two maps' search tables (kQuantVbmiTablesBytes), or null.
   void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
   int64_t prefetch_ahead;  // entries
 };
 
-// Whether the problem asks for the lookup tables: QuantSearch::kTable, or kAuto on a step of
-// 65,536 elements (N * D) or more.
-bool lazy_adam_quant_wants_table(const LazyAdamQuantProblem &p);
+// Whether a run with `search` on the problem builds the lookup tables.
+bool lazy_adam_quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p);
 
 // The CPU implementations' workspace and run, in stages: check (maps, indices), tables, group,
 // update.
 size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads,
                                            bool with_lut);
 Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyAdamQuantProblem &p,
-                               const LazyAdamQuantTensors &t, float lr, const RunContext &ctx,
+                               const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
+                               const RunContext &ctx,
                                LazyAdamQuantStats *stats);
 
 }  // namespace fusekit

@@ -41,45 +41,60 @@ size_t vbmi_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
 }
 Status vbmi_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
                 const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *st) {
-  const LazyAdamQuantCpuKernel k{lazy_adam_quant_rows_avx512vbmi(), false,
+  const LazyAdamQuantCpuKernel k{lazy_adam_quant_rows_avx512vbmi(), QuantSearch::kBinarySearch,
                                  &lazy_adam_quant_prepare_avx512vbmi, prefetch_ahead(p)};
-  return lazy_adam_quant_cpu_run(k, p, t, s.lr, ctx, st);
+  return lazy_adam_quant_cpu_run(k, p, t, s, ctx, st);
 }
 
-// ---- cpu_hwy: the Highway kernel, dispatched to the best target of this CPU ----
+// ---- cpu_hwy: the Highway kernel, dispatched to the best target of this CPU; the lookup tables
+// on a large step (S = kAuto), or always or never (the variants planned by name) ----
 const char *hwy_target() {
   return lazy_adam_quant_hwy_target();
 }
+template <QuantSearch S>
 size_t hwy_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
-  return lazy_adam_quant_cpu_workspace_bytes(p, threads, lazy_adam_quant_wants_table(p));
+  return lazy_adam_quant_cpu_workspace_bytes(p, threads, lazy_adam_quant_wants_table(S, p));
 }
+template <QuantSearch S>
 Status hwy_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
                const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *st) {
-  const LazyAdamQuantCpuKernel k{lazy_adam_quant_rows_hwy(), true, nullptr, prefetch_ahead(p)};
-  return lazy_adam_quant_cpu_run(k, p, t, s.lr, ctx, st);
+  const LazyAdamQuantCpuKernel k{lazy_adam_quant_rows_hwy(), S, nullptr, prefetch_ahead(p)};
+  return lazy_adam_quant_cpu_run(k, p, t, s, ctx, st);
 }
 
 // ---- cpu_reference: the plain scalar kernel, the fallback and the test oracle's twin ----
-const char *scalar_target() {
-  return "scalar";
-}
 size_t reference_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
   return lazy_adam_quant_cpu_workspace_bytes(p, threads, false);
 }
 Status reference_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
                      const LazyAdamQuantScalars &s, const RunContext &ctx, LazyAdamQuantStats *st) {
-  const LazyAdamQuantCpuKernel k{&lazy_adam_quant_rows_reference, false, nullptr, 0};
-  return lazy_adam_quant_cpu_run(k, p, t, s.lr, ctx, st);
+  const LazyAdamQuantCpuKernel k{&lazy_adam_quant_rows_reference, QuantSearch::kBinarySearch,
+                                 nullptr, 0};
+  return lazy_adam_quant_cpu_run(k, p, t, s, ctx, st);
 }
 
 constexpr LazyAdamQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,
                                            vbmi_workspace_bytes, vbmi_run};
-constexpr LazyAdamQuantImpl kCpuHwy{"cpu_hwy", cpu_why_not, hwy_target, hwy_workspace_bytes,
-                                    hwy_run};
+constexpr LazyAdamQuantImpl kCpuHwy{"cpu_hwy", cpu_why_not, hwy_target,
+                                    hwy_workspace_bytes<QuantSearch::kAuto>,
+                                    hwy_run<QuantSearch::kAuto>};
+constexpr LazyAdamQuantImpl kCpuHwyTable{"cpu_hwy_table",
+                                         cpu_why_not,
+                                         hwy_target,
+                                         hwy_workspace_bytes<QuantSearch::kTable>,
+                                         hwy_run<QuantSearch::kTable>,
+                                         /*by_name_only=*/true};
+constexpr LazyAdamQuantImpl kCpuHwyBinarySearch{"cpu_hwy_binary_search",
+                                                cpu_why_not,
+                                                hwy_target,
+                                                hwy_workspace_bytes<QuantSearch::kBinarySearch>,
+                                                hwy_run<QuantSearch::kBinarySearch>,
+                                                /*by_name_only=*/true};
 constexpr LazyAdamQuantImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
                                           reference_workspace_bytes, reference_run};
 
-constexpr const LazyAdamQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuReference};
+constexpr const LazyAdamQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuHwyTable,
+                                                &kCpuHwyBinarySearch, &kCpuReference};
 
 }  // namespace
 

@@ -10,7 +10,7 @@
 #include <new>
 #include <utility>
 
-#include "common/implementation.h"
+#include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/lazy_adam_quant.h"
@@ -181,7 +181,6 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
   p.beta1 = static_cast<float>(options.beta1);
   p.beta2 = static_cast<float>(options.beta2);
   p.epsilon = static_cast<float>(options.epsilon);
-  p.search = options.search;
   *out = p;
   return Status::Ok();
 }
@@ -190,90 +189,54 @@ Status LazyAdamQuantProblem::check(const LazyAdamQuantTensors &t) const {
   return check_bound_tensors(kOp, kRoles, all_of(desc), all_of(t));
 }
 
+std::span<const LazyAdamQuantImpl *const> LazyAdamQuantOp::implementations() {
+  return lazy_adam_quant_impls();
+}
+std::string LazyAdamQuantOp::problem_fields(const LazyAdamQuantProblem &p,
+                                            const LazyAdamQuantTensors & /*t*/) {
+  return str_cat("N=", p.n, ",R=", p.rows, ",D=", p.d, ",dtype=", dtype_name(p.desc.var.dtype),
+                 ",grad=", dtype_name(p.desc.gradient.dtype),
+                 ",index=", dtype_name(p.desc.indices.dtype));
+}
+std::string LazyAdamQuantOp::result_fields(const LazyAdamQuantStats &st) {
+  return str_cat("rows=", st.rows_updated, ",skipped=", st.rows_skipped_nonfinite);
+}
+
 std::vector<std::string> LazyAdamQuant::implementations() {
-  return implementation_names(lazy_adam_quant_impls());
+  return implementation_names<LazyAdamQuantOp>();
 }
 
 Status LazyAdamQuant::plan(const LazyAdamQuantProblem &problem, const LazyAdamQuantOptions &options,
                            LazyAdamQuant *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  LazyAdamQuant p;
-  FUSEKIT_RETURN_IF_ERROR(choose_implementation(kOp, lazy_adam_quant_impls(), problem,
-                                                options.kernel, options.implementation, &p.impl_));
-  p.problem_ = problem;
-  p.threads_ = std::max(1, options.num_threads > 0 ? options.num_threads : num_threads());
-  p.workspace_bytes_ = p.impl_->workspace_bytes(problem, p.threads_);
-  *out = p;
-  return Status::Ok();
+  return make_plan<LazyAdamQuantOp>(problem, options, &out->state_);
 }
 
 Status LazyAdamQuant::plan(const LazyAdamQuantTensors &tensors, const LazyAdamQuantOptions &options,
                            LazyAdamQuant *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  LazyAdamQuantProblem problem;
-  FUSEKIT_RETURN_IF_ERROR(LazyAdamQuantProblem::make(tensors, options, &problem));
-  FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));
-  LazyAdamQuant p;
-  FUSEKIT_RETURN_IF_ERROR(plan(problem, options, &p));
-  p.bound_ = tensors;
-  p.has_bound_ = true;
-  *out = p;
-  return Status::Ok();
-}
-
-const char *LazyAdamQuant::implementation() const {
-  return impl_ != nullptr ? impl_->name : "none";
+  return make_bound_plan<LazyAdamQuantOp>(tensors, options, &out->state_);
 }
 
 Status LazyAdamQuant::run(const LazyAdamQuantTensors &tensors, const LazyAdamQuantScalars &scalars,
                           void *workspace, size_t workspace_size, LazyAdamQuantStats *stats,
                           StreamHandle stream) const {
-  LazyAdamQuantStats local;
-  LazyAdamQuantStats &st = stats != nullptr ? *stats : local;
-  st = LazyAdamQuantStats();
-  if (impl_ == nullptr) return Status::Invalid(str_cat(kOp, ": run on a plan that was not made"));
-  FUSEKIT_RETURN_IF_ERROR(problem_.check(tensors));
-  LazyAdamQuantScalars s = scalars;
-  FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(kOp, "lr", s.lr_tensor, DType::kFloat32, &s.lr));
-  if (!std::isfinite(s.lr)) {
-    return Status::Invalid(str_cat(kOp, ": lr = ", s.lr, " is not finite; nothing was modified"));
-  }
-  StageTimer timer;
-  RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(make_run_context(kOp, workspace, workspace_size, workspace_bytes_,
-                                           threads_, stream, &timer, &ctx));
-  FUSEKIT_RETURN_IF_ERROR(impl_->run(problem_, tensors, s, ctx, &st));
-  if (timer.on()) {
-    verbose_print(str_cat(kOp, ",N=", problem_.n, ",R=", problem_.rows, ",D=", problem_.d,
-                          ",dtype=", dtype_name(problem_.desc.var.dtype),
-                          ",grad=", dtype_name(problem_.desc.gradient.dtype),
-                          ",index=", dtype_name(problem_.desc.indices.dtype), ",impl=", impl_->name,
-                          ",isa=", impl_->target(), ",threads=", threads_,
-                          ",rows=", st.rows_updated, ",skipped=", st.rows_skipped_nonfinite, ",",
-                          timer.fields()));
-  }
-  return Status::Ok();
+  return run_plan<LazyAdamQuantOp>(state_, tensors, scalars, workspace, workspace_size, stats,
+                                   stream);
 }
 
 Status LazyAdamQuant::run(float lr, void *workspace, size_t workspace_size,
                           LazyAdamQuantStats *stats) const {
-  if (!has_bound_) {
-    if (stats != nullptr) *stats = LazyAdamQuantStats();
-    return Status::Invalid(
-        str_cat(kOp, ": run(lr, ...) needs a plan made from tensors; pass the tensors to run()"));
-  }
   LazyAdamQuantScalars s;
   s.lr = lr;
-  return run(bound_, s, workspace, workspace_size, stats);
+  return run_bound<LazyAdamQuantOp>(state_, s, workspace, workspace_size, stats, "run(lr, ...)");
 }
 
 Status lazy_adam_quant_step(const LazyAdamQuantTensors &tensors, float lr,
                             const LazyAdamQuantOptions &options, LazyAdamQuantStats *stats) {
-  LazyAdamQuant plan;
-  FUSEKIT_RETURN_IF_ERROR(LazyAdamQuant::plan(tensors, options, &plan));
-  return with_own_workspace(kOp, plan.workspace_size(), [&](void *workspace) {
-    return plan.run(lr, workspace, plan.workspace_size(), stats);
-  });
+  LazyAdamQuantScalars s;
+  s.lr = lr;
+  return run_once<LazyAdamQuantOp>(tensors, options, s, stats);
 }
 
 }  // namespace fusekit
