@@ -60,7 +60,7 @@ void BM_AdamW(benchmark::State &state, const char *implementation = nullptr) {
   }
   int64_t step = 0;
   for (auto _ : state) {
-    const fusekit::Status r = plan.run(step++);
+    const fusekit::Status r = plan.run(step++, 1e-3f);
     if (!r.ok()) state.SkipWithError(r.message().c_str());
   }
   fusekit::bench::report_bandwidth(state, 28.0 * static_cast<double>(kN));

@@ -92,12 +92,11 @@ struct QuantData {
   }
 };
 
-void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch search,
-                        const char *implementation = nullptr) {
+// implementation: a name (cpu_hwy_binary_search: cpu_hwy without the lookup tables), or null.
+void BM_ApplyAdamWQuant(benchmark::State &state, DType t, const char *implementation = nullptr) {
   QuantData d(t);
   fusekit::ApplyAdamWQuantOptions o;
   o.weight_decay = 0.01;
-  o.search = search;
   o.implementation = implementation;
   fusekit::ApplyAdamWQuant plan;
   const fusekit::Status st = fusekit::ApplyAdamWQuant::plan(
@@ -112,7 +111,7 @@ void BM_ApplyAdamWQuant(benchmark::State &state, DType t, fusekit::QuantSearch s
   DeviceBuffer ws(plan.workspace_size());
   int64_t step = 0;
   for (auto _ : state) {
-    const fusekit::Status r = plan.run(step++, ws.ptr, ws.size);
+    const fusekit::Status r = plan.run(step++, 1e-3f, ws.ptr, ws.size);
     if (!r.ok()) state.SkipWithError(r.message().c_str());
   }
   const double bytes_per_elem = t == DType::kFloat32 ? 16.0 : 10.0;
@@ -127,8 +126,7 @@ const bool registered_implementations = [] {
   for (const std::string &impl : fusekit::ApplyAdamWQuant::implementations()) {
     benchmark::RegisterBenchmark(("BM_ApplyAdamWQuantImplementation/" + impl).c_str(),
                                  [impl](benchmark::State &state) {
-                                   BM_ApplyAdamWQuant(state, DType::kFloat32,
-                                                      fusekit::QuantSearch::kAuto, impl.c_str());
+                                   BM_ApplyAdamWQuant(state, DType::kFloat32, impl.c_str());
                                  })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond)
@@ -162,7 +160,7 @@ void BM_AdamW(benchmark::State &state) {
   }
   int64_t step = 0;
   for (auto _ : state) {
-    const fusekit::Status r = plan.run(step++);
+    const fusekit::Status r = plan.run(step++, 1e-3f);
     if (!r.ok()) state.SkipWithError(r.message().c_str());
   }
   fusekit::bench::report_bandwidth(state, 28.0 * static_cast<double>(kN));
@@ -232,13 +230,13 @@ void BM_ArithmeticFloor(benchmark::State &state, fusekit::bench::AdamArithmetic 
   state.counters["elements"] = static_cast<double>(kN);
 }
 
-BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32, DType::kFloat32, fusekit::QuantSearch::kAuto)
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32, DType::kFloat32, nullptr)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16, DType::kBFloat16, fusekit::QuantSearch::kAuto)
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16, DType::kBFloat16, nullptr)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float16, DType::kFloat16, fusekit::QuantSearch::kAuto)
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float16, DType::kFloat16, nullptr)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 #if defined(FUSEKIT_BENCH_WITH_ADAM_W)
@@ -248,7 +246,7 @@ BENCHMARK(BM_AdamW)
     ->UseRealTime();
 #endif
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_binary_search, DType::kFloat32,
-                  fusekit::QuantSearch::kBinarySearch)
+                  "cpu_hwy_binary_search")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

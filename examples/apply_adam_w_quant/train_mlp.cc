@@ -177,7 +177,6 @@ bool optimizer_step(Param &p, int64_t step, const std::array<float, 256> &qm,
   fusekit::Status st;
   if (p.q8) {
     fusekit::ApplyAdamWQuantOptions o;
-    o.lr = 1e-3;
     o.weight_decay = 0.01;
     const auto blocks = static_cast<int64_t>(p.absmax_m.size());
     st = fusekit::apply_adam_w_quant_step(
@@ -185,14 +184,13 @@ bool optimizer_step(Param &p, int64_t step, const std::array<float, 256> &qm,
         TensorView::of(p.m8.data(), {n}), TensorView::of(p.v8.data(), {n}),
         TensorView::of(qm.data(), {256}), TensorView::of(qv.data(), {256}),
         TensorView::of(p.absmax_m.data(), {blocks}), TensorView::of(p.absmax_v.data(), {blocks}),
-        step, o);
+        step, 1e-3f, o);
   } else {
     fusekit::AdamWOptions o;
-    o.lr = 1e-3;
     o.weight_decay = 0.01;
     st = fusekit::adam_w_step(TensorView::of(p.w.data(), {n}), TensorView::of(p.g.data(), {n}),
                               TensorView::of(p.m32.data(), {n}), TensorView::of(p.v32.data(), {n}),
-                              step, o);
+                              step, 1e-3f, o);
   }
   if (!st.ok()) std::fprintf(stderr, "%s\n", st.message().c_str());
   return st.ok();

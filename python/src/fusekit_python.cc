@@ -385,7 +385,6 @@ AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, i
   const AdamWTensors t{view_of(var, fn, "var", true), view_of(grad, fn, "grad", false),
                        view_of(m, fn, "m", true), view_of(v, fn, "v", true)};
   AdamWOptions o;
-  o.lr = lr;
   o.beta1 = beta1;
   o.beta2 = beta2;
   o.weight_decay = weight_decay;
@@ -395,7 +394,7 @@ AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, i
   o.implementation = implementation_name(implementation);
   return plan_and_run<AdamWProblem, AdamW, AdamWStats>(
       t, o, [&](const AdamW &plan, void *, size_t, AdamWStats *stats) {  // no workspace
-        return plan.run(t, {.step = step, .step_tensor = {}}, stats);
+        return plan.run(t, {.step = step, .lr = static_cast<float>(lr), .step_tensor = {}, .lr_tensor = {}}, stats);
       });
 }
 
@@ -415,7 +414,6 @@ ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::han
                                  view_of(absmax_m, fn, "absmax_m", true),
                                  view_of(absmax_v, fn, "absmax_v", true)};
   ApplyAdamWQuantOptions o;
-  o.lr = lr;
   o.beta1 = beta1;
   o.beta2 = beta2;
   o.weight_decay = weight_decay;
@@ -426,7 +424,7 @@ ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::han
   o.implementation = implementation_name(implementation);
   return plan_and_run<ApplyAdamWQuantProblem, ApplyAdamWQuant, ApplyAdamWQuantStats>(
       t, o, [&](const ApplyAdamWQuant &plan, void *ws, size_t bytes, ApplyAdamWQuantStats *stats) {
-        return plan.run(t, {.step = step, .step_tensor = {}}, ws, bytes, stats);
+        return plan.run(t, {.step = step, .lr = static_cast<float>(lr), .step_tensor = {}, .lr_tensor = {}}, ws, bytes, stats);
       });
 }
 

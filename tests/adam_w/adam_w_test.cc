@@ -105,9 +105,12 @@ int64_t oracle_step(State &st, const Hyper &h) {
   return skipped;
 }
 
+float lr_of(const Hyper &h) {
+  return static_cast<float>(h.lr);
+}
+
 AdamWOptions options_of(const Hyper &h) {
   AdamWOptions o;
-  o.lr = h.lr;
   o.beta1 = h.beta1;
   o.beta2 = h.beta2;
   o.weight_decay = h.wd;
@@ -175,7 +178,7 @@ TEST(AdamW, MatchesOracleOnEveryDtypeImplementationAndThreadCount) {
         o.num_threads = threads;
         AdamWStats stats;
         const AdamWTensors tt = got.tensors();
-        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
         EXPECT_EQ(stats.elements_skipped_nonfinite, 2);
         expect_same(got, want);
       }
@@ -202,7 +205,7 @@ TEST(AdamW, EverySimdTarget) {
         AdamWOptions o = options_of(h);
         o.implementation = "cpu_hwy";
         const AdamWTensors tt = got.tensors();
-        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o).ok());
+        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o).ok());
         expect_same(got, want);
       });
     }
@@ -253,7 +256,7 @@ TEST(AdamW, ProducedNonFiniteValuesLeaveTheElementUnchanged) {
       o.implementation = impl;
       AdamWStats stats;
       const AdamWTensors tt = got.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
       EXPECT_EQ(stats.elements_skipped_nonfinite, skipped);
       expect_same(got, want);
       size_t bad = 0;
@@ -306,7 +309,7 @@ TEST(AdamW, AVarThatWouldBeStoredAsInfinityIsLeftUnchanged) {
       o.implementation = impl;
       AdamWStats stats;
       const AdamWTensors tt = got.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
       EXPECT_EQ(stats.elements_skipped_nonfinite, 2);
       expect_same(got, want);
       EXPECT_EQ(got.var.bits(21), start.var.bits(21));
@@ -338,7 +341,7 @@ TEST(AdamW, AGradientThatOverflowsWhenScaledLeavesTheElementUnchanged) {
       o.implementation = impl.c_str();
       AdamWStats stats;
       const AdamWTensors tt = got.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, o, &stats).ok());
+      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
       EXPECT_EQ(stats.elements_skipped_nonfinite, 1);
       expect_same(got, want);
       EXPECT_EQ(got.var.bits(17), start.var.bits(17));
@@ -357,7 +360,7 @@ TEST(AdamW, EpsBelowTheSmallestNormalFloatIsRefused) {
     SCOPED_TRACE(eps);
     o.eps = eps;
     const AdamWTensors t = s.tensors();
-    const Status st = fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, o);
+    const Status st = fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, 1e-3f, o);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("AdamW: eps = "), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("must be finite and >= 4.81482486e-35"), std::string::npos)
@@ -380,7 +383,7 @@ TEST(AdamW, EpsBelowTheSmallestNormalFloatIsRefused) {
     oi.implementation = impl.c_str();
     AdamWStats stats;
     const AdamWTensors t = got.tensors();
-    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, h.step, oi, &stats).ok());
+    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, h.step, lr_of(h), oi, &stats).ok());
     EXPECT_EQ(stats.elements_skipped_nonfinite, 0);
     expect_same(got, want);
   }
@@ -414,23 +417,23 @@ TEST(AdamW, Refusals) {
   std::vector<float> var(100), grad(100), m(100), v(50);
   Status st =
       fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
-                           TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0);
+                           TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0, 1e-3f);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("AdamW: v has 50 elements"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(var.data(), {100}),
-                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0);
+                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0, 1e-3f);
   EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::strided(var.data(), DType::kFloat32, {50}, {2}),
                             TensorView::of(grad.data(), {50}), TensorView::of(m.data(), {50}),
-                            TensorView::of(v.data(), {50}), 0);
+                            TensorView::of(v.data(), {50}), 0, 1e-3f);
   EXPECT_NE(st.message().find("var must be contiguous"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::of(var.data(), {50}), TensorView::of(grad.data(), {50}),
-                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), -3);
+                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), -3, 1e-3f);
   EXPECT_NE(st.message().find("AdamW: step = -3"), std::string::npos) << st.message();
   AdamWOptions o;
   o.beta2 = 1.5;
   st = fusekit::adam_w_step(TensorView::of(var.data(), {50}), TensorView::of(grad.data(), {50}),
-                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), 0, o);
+                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), 0, 1e-3f, o);
   EXPECT_NE(st.message().find("beta2 = 1.5"), std::string::npos) << st.message();
 }
 
@@ -457,9 +460,10 @@ TEST(AdamWPlan, OnePlanManyRunsEqualFreshCalls) {
       hk.step = 5 * k;
       AdamWScalars sc;
       sc.step = hk.step;
+      sc.lr = lr_of(hk);
       ASSERT_TRUE(plan.run(got->tensors(), sc).ok());
       const AdamWTensors ft = fresh.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(ft.var, ft.grad, ft.m, ft.v, hk.step, o).ok());
+      ASSERT_TRUE(fusekit::adam_w_step(ft.var, ft.grad, ft.m, ft.v, hk.step, lr_of(hk), o).ok());
       expect_same(*got, fresh);
       oracle_step(want, hk);
       expect_same(*got, want);
@@ -482,7 +486,8 @@ TEST(AdamWPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
     AdamWScalars sc;
   };
   const AdamWTensors t = s.tensors();
-  const AdamWScalars sc{3, {}};
+  AdamWScalars sc;
+  sc.step = 3;
   std::vector<Case> cases;
   cases.push_back({"var of another dtype", "var is bfloat16", t, sc});
   cases.back().t.var = TensorView::contiguous(half.data(), DType::kBFloat16, {600});
@@ -500,6 +505,10 @@ TEST(AdamWPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
   cases.back().sc.step = -1;
   cases.push_back({"a step tensor of another dtype", "step must be one int64", t, sc});
   cases.back().sc.step_tensor = TensorView::of(wide.data(), {1});
+  cases.push_back({"a negative lr", "lr = -0.5 must be finite and >= 0", t, sc});
+  cases.back().sc.lr = -0.5f;
+  cases.push_back({"a NaN lr", "lr = nan", t, sc});
+  cases.back().sc.lr = std::numeric_limits<float>::quiet_NaN();
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);
     const Status st = plan.run(c.t, c.sc);
@@ -541,7 +550,7 @@ TEST(AdamWPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
   o.kernel = KernelChoice::kOptimized;
   ASSERT_TRUE(AdamW::plan(problem, o, &plan).ok());
   EXPECT_STREQ(plan.implementation(), "cpu_hwy");
-  EXPECT_EQ(plan.run(0).code(), StatusCode::kInvalidArgument);  // no bound tensors
+  EXPECT_EQ(plan.run(0, 1e-3f).code(), StatusCode::kInvalidArgument);  // no bound tensors
   AdamW empty;
   EXPECT_EQ(empty.run(s.tensors(), {}).code(), StatusCode::kInvalidArgument);
 }
@@ -573,7 +582,7 @@ TEST(AdamWPlan, VerboseNamesTheImplementation) {
     o.implementation = impl.c_str();
     ::testing::internal::CaptureStderr();
     const AdamWTensors t = s.tensors();
-    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, o).ok());
+    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, 1e-3f, o).ok());
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("fusekit_verbose,AdamW,n=100,"), std::string::npos) << err;
     const std::string isa = impl == "cpu_hwy" ? fusekit::adam_w_hwy_target() : "scalar";

@@ -40,7 +40,6 @@ using fusekit::ApplyAdamWQuantStats;
 using fusekit::ApplyAdamWQuantTensors;
 using fusekit::DType;
 using fusekit::KernelChoice;
-using fusekit::QuantSearch;
 using fusekit::Status;
 using fusekit::StatusCode;
 using fusekit::TensorView;
@@ -202,9 +201,12 @@ State make_state(uint64_t salt, DType t, size_t n, const Map &qm, const Map &qv,
   return s;
 }
 
+float lr_of(const Hyper &h) {
+  return static_cast<float>(h.lr);
+}
+
 ApplyAdamWQuantOptions options_of(const Hyper &h) {
   ApplyAdamWQuantOptions o;
-  o.lr = h.lr;
   o.beta1 = h.beta1;
   o.beta2 = h.beta2;
   o.weight_decay = h.wd;
@@ -221,7 +223,13 @@ Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o,
       s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
       TensorView::of(s.qm.data(), {256}), TensorView::of(s.qv.data(), {256}),
       TensorView::of(s.absmax_m.data(), {blocks}), TensorView::of(s.absmax_v.data(), {blocks}),
-      h.step, o, stats);
+      h.step, lr_of(h), o, stats);
+}
+
+ApplyAdamWQuantScalars scalars_at(int64_t step) {
+  ApplyAdamWQuantScalars sc;
+  sc.step = step;
+  return sc;
 }
 
 ApplyAdamWQuantTensors tensors_of(State &s) {
@@ -256,37 +264,29 @@ bool supported(const std::string &name) {
   return st.ok();
 }
 
-// One way to run the step: an implementation this machine supports, and for cpu_hwy each search
-// method (the others ignore it).
+// One way to run the step: an implementation this machine supports, by name (cpu_hwy's variants
+// cpu_hwy_table and cpu_hwy_binary_search among them: cpu_hwy itself picks by size).
 struct Way {
   std::string impl;
-  QuantSearch search;
 };
 const std::vector<Way> &ways() {
   static const std::vector<Way> all = [] {
     std::vector<Way> w;
     for (const std::string &name : ApplyAdamWQuant::implementations()) {
-      if (!supported(name)) continue;
-      if (name == "cpu_hwy") {
-        w.push_back({name, QuantSearch::kTable});
-        w.push_back({name, QuantSearch::kBinarySearch});
-      } else {
-        w.push_back({name, QuantSearch::kAuto});
-      }
+      if (supported(name)) w.push_back({name});
     }
     return w;
   }();
   return all;
 }
-std::string way_name(const Way &w) {
-  return w.impl + (w.search == QuantSearch::kTable          ? "/table"
-                   : w.search == QuantSearch::kBinarySearch ? "/binary_search"
-                                                            : "");
+const std::string &way_name(const Way &w) {
+  return w.impl;
 }
+// cpu_hwy with each search method.
+const Way kHwySearches[] = {{"cpu_hwy_table"}, {"cpu_hwy_binary_search"}};
 ApplyAdamWQuantOptions options_of(const Hyper &h, const Way &w) {
   ApplyAdamWQuantOptions o = options_of(h);
   o.implementation = w.impl.c_str();
-  o.search = w.search;
   return o;
 }
 
@@ -481,19 +481,14 @@ TEST(Step, ThreeMillionElements) {
                   TensorView::of(start.absmax_m.data(), {B}),
                   TensorView::of(start.absmax_v.data(), {B}), o, &plan)
                   .ok());
-  // Only the generic kernel reads the lookup tables (the default on this size); the VBMI one keeps
-  // its searches in registers.
-  EXPECT_EQ(plan.uses_table(), std::string(plan.implementation()) == "cpu_hwy");
   State got = start;
   std::vector<char> ws(plan.workspace_size());
-  ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());  // on the tensors of `start`
+  ASSERT_TRUE(plan.run(h.step, lr_of(h), ws.data(), ws.size()).ok());  // on `start`'s tensors
   expect_same(start, want);
   for (const Way &w : ways()) {  // and every implementation (cpu_hwy: the table by default here)
     SCOPED_TRACE(way_name(w));
     State g = got;
-    ApplyAdamWQuantOptions ow = options_of(h, w);
-    ow.search = QuantSearch::kAuto;
-    ASSERT_TRUE(run_api(g, h, ow).ok());
+    ASSERT_TRUE(run_api(g, h, options_of(h, w)).ok());
     expect_same(g, want);
   }
 }
@@ -512,9 +507,8 @@ TEST(Step, EverySimdTarget) {
     oracle_step(want, h);
     fusekit::testing::for_each_simd_target([&](const char *target) {
       EXPECT_STREQ(fusekit::adam_w_quant_hwy_target(), target);
-      for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+      for (const Way &w : kHwySearches) {
         State got = start;
-        const Way w{"cpu_hwy", s};  // named: the options point at its name
         ApplyAdamWQuantOptions o = options_of(h, w);
         ApplyAdamWQuantStats stats;
         ASSERT_TRUE(run_api(got, h, o, &stats).ok());
@@ -792,7 +786,7 @@ TEST(Step, NonFiniteStateOnEveryImplementationAndSimdTarget) {
       State ref = start;
       ApplyAdamWQuantStats stats;
       ASSERT_TRUE(
-          run_api(ref, h, options_of(h, Way{"cpu_reference", QuantSearch::kAuto}), &stats).ok());
+          run_api(ref, h, options_of(h, Way{"cpu_reference"}), &stats).ok());
       EXPECT_EQ(stats.blocks_skipped_nonfinite, skipped);
       expect_same(ref, want);
       for (const Way &w : ways()) {
@@ -803,9 +797,8 @@ TEST(Step, NonFiniteStateOnEveryImplementationAndSimdTarget) {
         expect_same(got, ref);
       }
       fusekit::testing::for_each_simd_target([&](const char *) {
-        for (QuantSearch s : {QuantSearch::kTable, QuantSearch::kBinarySearch}) {
+        for (const Way &w : kHwySearches) {
           State got = start;
-          const Way w{"cpu_hwy", s};
           ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
           EXPECT_EQ(stats.blocks_skipped_nonfinite, skipped);
           expect_same(got, ref);
@@ -847,7 +840,7 @@ TEST(Step, NonFiniteStateThroughAStridedView) {
                     TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
                     TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
                     TensorView::of(got.absmax_m.data(), {B}),
-                    TensorView::of(got.absmax_v.data(), {B}), h.step, options_of(h, w), &stats)
+                    TensorView::of(got.absmax_v.data(), {B}), h.step, lr_of(h), options_of(h, w), &stats)
                     .ok());
     EXPECT_EQ(stats.blocks_skipped_nonfinite, 8);
     for (int64_t r = 0; r < rows; ++r) {
@@ -994,7 +987,7 @@ TEST(Step, StridedViews) {
                     TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
                     TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
                     TensorView::of(got.absmax_m.data(), {B}),
-                    TensorView::of(got.absmax_v.data(), {B}), h.step, options_of(h, w))
+                    TensorView::of(got.absmax_v.data(), {B}), h.step, lr_of(h), options_of(h, w))
                     .ok());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < stride; ++c) {
@@ -1093,7 +1086,7 @@ TEST(Step, TransposedViews) {
                     TensorView::strided(v_k.data(), DType::kUInt8, {rows, cols}, {1, rows}),
                     TensorView::of(g2.qm.data(), {256}), TensorView::of(g2.qv.data(), {256}),
                     TensorView::of(g2.absmax_m.data(), {B}),
-                    TensorView::of(g2.absmax_v.data(), {B}), h.step, o)
+                    TensorView::of(g2.absmax_v.data(), {B}), h.step, lr_of(h), o)
                     .ok());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
@@ -1345,7 +1338,7 @@ TEST(Refusals, CppApiChecks) {
       TensorView::of(grad.data(), {2, 300}), TensorView::of(m.data(), {2, 300}),
       TensorView::of(v.data(), {2, 300}), TensorView::of(qm.data(), {256}),
       TensorView::of(qv.data(), {256}), TensorView::of(am.data(), {3}),
-      TensorView::of(av.data(), {3}), 0);
+      TensorView::of(av.data(), {3}), 0, 1e-3f);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("reaches some elements twice"), std::string::npos) << st.message();
 }
@@ -1355,8 +1348,11 @@ TEST(Refusals, CppApiChecks) {
 // ================================================================================================
 TEST(ApplyAdamWQuantPlan, TheImplementationListAndWhatThisMachineRuns) {
   EXPECT_EQ(ApplyAdamWQuant::implementations(),
-            (std::vector<std::string>{"cpu_avx512vbmi", "cpu_hwy", "cpu_reference"}));
+            (std::vector<std::string>{"cpu_avx512vbmi", "cpu_hwy", "cpu_hwy_table",
+                                      "cpu_hwy_binary_search", "cpu_reference"}));
   EXPECT_TRUE(supported("cpu_hwy"));
+  EXPECT_TRUE(supported("cpu_hwy_table"));
+  EXPECT_TRUE(supported("cpu_hwy_binary_search"));
   EXPECT_TRUE(supported("cpu_reference"));
 #if defined(__x86_64__)
   // Where the CPU has VBMI its kernel must be tested, not skipped.
@@ -1373,6 +1369,22 @@ TEST(ApplyAdamWQuantPlan, TheImplementationListAndWhatThisMachineRuns) {
   ApplyAdamWQuant plan;
   ASSERT_TRUE(ApplyAdamWQuant::plan(problem, {}, &plan).ok());
   EXPECT_EQ(plan.implementation(), ways().front().impl);
+  // cpu_hwy's two variants are planned by name only: no automatic choice lands on them.
+  ApplyAdamWQuantOptions o;
+  o.kernel = fusekit::KernelChoice::kOptimized;
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
+  EXPECT_STRNE(plan.implementation(), "cpu_hwy_table");
+  EXPECT_STRNE(plan.implementation(), "cpu_hwy_binary_search");
+  // cpu_hwy uses the lookup tables from 65,536 elements on: its workspace says so.
+  ApplyAdamWQuant table, search, automatic;
+  o.implementation = "cpu_hwy_table";
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &table).ok());
+  o.implementation = "cpu_hwy_binary_search";
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &search).ok());
+  o.implementation = "cpu_hwy";
+  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &automatic).ok());
+  EXPECT_GT(table.workspace_size(), search.workspace_size());
+  EXPECT_EQ(automatic.workspace_size(), search.workspace_size());  // 300 elements: no table
 }
 
 // One plan, many runs: each with new tensors (new pointers) and new data, the maps alternating
@@ -1406,6 +1418,7 @@ TEST(ApplyAdamWQuantPlan, OnePlanManyRunsEqualFreshCalls) {
       hk.step = 3 * k + 1;
       ApplyAdamWQuantScalars sc;
       sc.step = hk.step;
+      sc.lr = lr_of(hk);
       ApplyAdamWQuantStats stats;
       ASSERT_TRUE(plan.run(tensors_of(*got), sc, ws.data(), ws.size(), &stats).ok());
       EXPECT_EQ(stats.blocks_updated, 6);
@@ -1436,7 +1449,7 @@ TEST(ApplyAdamWQuantPlan, AMapChangedInPlaceBetweenRunsIsSeen) {
     std::vector<char> ws(plan.workspace_size());
     State want = s;
     oracle_step(want, h);
-    ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());
+    ASSERT_TRUE(plan.run(h.step, lr_of(h), ws.data(), ws.size()).ok());
     expect_same(s, want);
     // Move two entries of each map (still ascending), in place.
     for (Map *q : {&s.qm, &s.qv}) {
@@ -1446,12 +1459,12 @@ TEST(ApplyAdamWQuantPlan, AMapChangedInPlaceBetweenRunsIsSeen) {
     want = s;
     h.step = 11;
     oracle_step(want, h);
-    ASSERT_TRUE(plan.run(h.step, ws.data(), ws.size()).ok());
+    ASSERT_TRUE(plan.run(h.step, lr_of(h), ws.data(), ws.size()).ok());
     expect_same(s, want);
     // A map that is no longer ascending: refused, nothing written.
     std::swap(s.qv[40], s.qv[41]);
     const State before = s;
-    const Status st = plan.run(12, ws.data(), ws.size());
+    const Status st = plan.run(12, 1e-3f, ws.data(), ws.size());
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("qmapV[41]"), std::string::npos) << st.message();
     expect_same(s, before);
@@ -1484,7 +1497,8 @@ TEST(ApplyAdamWQuantPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
     };
     std::vector<Binding> cases;
     const ApplyAdamWQuantTensors t = tensors_of(s);
-    const ApplyAdamWQuantScalars sc{10, {}};
+    ApplyAdamWQuantScalars sc;
+    sc.step = 10;
     cases.push_back({"var of another dtype", "varRef is bfloat16", t, sc});
     cases.back().t.var = TensorView::contiguous(half.data(), DType::kBFloat16, {600});
     cases.push_back({"var of another shape", "varRef is float32 [2, 300]", t, sc});
@@ -1505,6 +1519,8 @@ TEST(ApplyAdamWQuantPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
     cases.back().sc.step_tensor = TensorView::of(codes.data(), {1});
     cases.push_back({"a step out of range", "step = -1", t, sc});
     cases.back().sc.step = -1;
+    cases.push_back({"an infinite lr", "lr = inf must be finite and >= 0", t, sc});
+    cases.back().sc.lr = std::numeric_limits<float>::infinity();
     cases.push_back({"a map out of order", "qmapM[41]", t, sc});
     cases.back().t.qmap_m = TensorView::of(unordered.data(), {256});
     for (const Binding &c : cases) {
@@ -1568,7 +1584,7 @@ TEST(ApplyAdamWQuantPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
   ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
   EXPECT_STRNE(plan.implementation(), "cpu_reference");
   // run(step, ...) needs bound tensors; a plan that was never made refuses to run.
-  EXPECT_EQ(plan.run(0, nullptr, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.run(0, 1e-3f, nullptr, 0).code(), StatusCode::kInvalidArgument);
   ApplyAdamWQuant empty;
   EXPECT_EQ(empty.run(tensors_of(s), {}, nullptr, 0).code(), StatusCode::kInvalidArgument);
 }
@@ -1649,7 +1665,7 @@ TEST(ApplyAdamWQuantPlan, OnePlanFromTwoThreadsWithTheirOwnMaps) {
     auto loop = [&](State *s, bool *ok) {
       std::vector<char> ws(plan.workspace_size());
       for (int k = 0; k < kSteps; ++k) {
-        *ok = *ok && plan.run(tensors_of(*s), {k, {}}, ws.data(), ws.size()).ok();
+        *ok = *ok && plan.run(tensors_of(*s), scalars_at(k), ws.data(), ws.size()).ok();
       }
     };
     std::thread ta(loop, &a, &ok_a), tb(loop, &b, &ok_b);
@@ -1676,13 +1692,14 @@ TEST(ApplyAdamWQuantPlan, VerboseNamesTheImplementation) {
     ASSERT_TRUE(run_api(s, h, options_of(h, w)).ok());  // the same maps: the tables are kept
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("fusekit_verbose,ApplyAdamWQuant,n=600,"), std::string::npos) << err;
-    const std::string isa = w.impl == "cpu_hwy"         ? fusekit::adam_w_quant_hwy_target()
-                            : w.impl == "cpu_reference" ? "scalar"
-                                                        : "AVX512VBMI";
+    const std::string isa = w.impl.starts_with("cpu_hwy") ? fusekit::adam_w_quant_hwy_target()
+                            : w.impl == "cpu_reference"  ? "scalar"
+                                                         : "AVX512VBMI";
     EXPECT_NE(err.find("impl=" + w.impl + ",isa=" + isa + ","), std::string::npos) << err;
     EXPECT_NE(err.find("check="), std::string::npos) << err;
-    // The lookup tables (cpu_hwy with kTable) are rebuilt by every run; the rest is kept.
-    if (w.search != QuantSearch::kTable) {
+    // The lookup tables (cpu_hwy_table; cpu_hwy on this size does without) are rebuilt by every
+    // run; the rest is kept.
+    if (w.impl != "cpu_hwy_table") {
       EXPECT_NE(err.find("tables(cached)="), std::string::npos) << err;
     }
     EXPECT_NE(err.find("update="), std::string::npos) << err;

@@ -43,7 +43,6 @@ using fusekit::LazyAdamQuantProblem;
 using fusekit::LazyAdamQuantScalars;
 using fusekit::LazyAdamQuantStats;
 using fusekit::LazyAdamQuantTensors;
-using fusekit::QuantSearch;
 using fusekit::Status;
 using fusekit::StatusCode;
 using fusekit::TensorView;
@@ -293,31 +292,23 @@ bool supported(const std::string &name) {
   return st.ok();
 }
 
-// One way to run the step: an implementation this machine supports, and for cpu_hwy each search.
+// One way to run the step: an implementation this machine supports, by name (cpu_hwy's variants
+// cpu_hwy_table and cpu_hwy_binary_search among them: cpu_hwy itself picks by size).
 struct Way {
   std::string impl;
-  QuantSearch search;
 };
 const std::vector<Way> &ways() {
   static const std::vector<Way> all = [] {
     std::vector<Way> w;
     for (const std::string &name : LazyAdamQuant::implementations()) {
-      if (!supported(name)) continue;
-      if (name == "cpu_hwy") {
-        w.push_back({name, QuantSearch::kTable});
-        w.push_back({name, QuantSearch::kBinarySearch});
-      } else {
-        w.push_back({name, QuantSearch::kAuto});
-      }
+      if (supported(name)) w.push_back({name});
     }
     return w;
   }();
   return all;
 }
-std::string way_name(const Way &w) {
-  return w.impl + (w.search == QuantSearch::kTable          ? "/table"
-                   : w.search == QuantSearch::kBinarySearch ? "/binary_search"
-                                                            : "");
+const std::string &way_name(const Way &w) {
+  return w.impl;
 }
 
 LazyAdamQuantOptions options_of(const Case &c, const Way *w = nullptr, int threads = 2) {
@@ -328,7 +319,6 @@ LazyAdamQuantOptions options_of(const Case &c, const Way *w = nullptr, int threa
   o.num_threads = threads;
   if (w != nullptr) {
     o.implementation = w->impl.c_str();
-    o.search = w->search;
   }
   return o;
 }
@@ -401,7 +391,7 @@ TEST_P(LazyAdamQuantDims, EveryImplementationDtypeMapAndTargetMatchesTheOracleBi
           expect_same(got, want);
           expect_stats(stats, expected);
         };
-        if (w.impl == "cpu_hwy") {
+        if (w.impl.starts_with("cpu_hwy_")) {  // both searches on every SIMD target
           fusekit::testing::for_each_simd_target([&](const char *target) {
             EXPECT_STREQ(fusekit::lazy_adam_quant_hwy_target(), target);
             one(DType::kInt64);
