@@ -12,6 +12,12 @@ are written in place; each function returns the stats the C++ API returns. A ref
 - :func:`add_lora`: multi-adapter LoRA: ``y[i] += scale * x[i] @ A[idx[i]].T @ B[idx[i]].T``.
 - :func:`create_dynamic_map`: the 256-entry dynamic quantization map of the 8-bit moments.
 
+Each function plans and runs once. To step the same arrays (or arrays of the same layouts) many
+times, plan once and run many times: ``plan = fusekit.AdamWPlan((var, grad, m, v),
+dict(weight_decay=0.01))``, then ``plan.run((var, grad, m, v), step=k, lr=1e-3)`` per step (the
+tensors in the order the function takes them, AddLora's ``out`` last; the attributes by keyword
+name; ``step`` and ``lr`` per run). ``plan.implementation`` names what runs.
+
 PyTorch optimizers and ops are in :mod:`fusekit.torch` (imported on demand; this package needs
 only NumPy). Threads: :func:`set_num_threads`, else ``OMP_NUM_THREADS``, else the CPUs this
 process may run on; results are bitwise identical for every thread count.
@@ -23,10 +29,15 @@ from typing import Optional
 
 from . import _fusekit
 from ._fusekit import (  # noqa: F401  (re-exported)
+    AddLoraPlan,
     AddLoraStats,
+    AdamWPlan,
     AdamWStats,
+    ApplyAdamWQuantPlan,
     ApplyAdamWQuantStats,
     Error,
+    LazyAdamPlan,
+    LazyAdamQuantPlan,
     LazyAdamQuantStats,
     LazyAdamStats,
     NoImplementationError,
@@ -43,6 +54,11 @@ __all__ = [
     "adam_w",
     "apply_adam_w_quant",
     "add_lora",
+    "LazyAdamPlan",
+    "LazyAdamQuantPlan",
+    "AdamWPlan",
+    "ApplyAdamWQuantPlan",
+    "AddLoraPlan",
     "create_dynamic_map",
     "quant_blocks",
     "implementations",
@@ -69,8 +85,9 @@ def lazy_adam(gradient, indices, m, v, var, lr: float, *, beta1: float = 0.9, be
     ``var += (m * -lr) / (sqrt(v) + epsilon)`` in float32. A row whose summed gradient is not
     finite is left unchanged and counted. Returns :class:`LazyAdamStats`.
     """
-    return _fusekit.lazy_adam(gradient, indices, m, v, var, float(lr), float(beta1), float(beta2),
-                              float(epsilon), int(num_threads), implementation)
+    return _fusekit.lazy_adam((gradient, indices, m, v, var),
+                              dict(beta1=beta1, beta2=beta2, epsilon=epsilon), int(num_threads),
+                              implementation, 0, float(lr))
 
 
 def lazy_adam_quant(gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v, lr: float,
@@ -87,9 +104,10 @@ def lazy_adam_quant(gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m, absm
     ApplyAdamWQuant's nearest-code rule. See docs/lazy_adam_quant.md. Returns
     :class:`LazyAdamQuantStats`.
     """
-    return _fusekit.lazy_adam_quant(gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m,
-                                    absmax_v, float(lr), float(beta1), float(beta2),
-                                    float(epsilon), int(num_threads), implementation)
+    return _fusekit.lazy_adam_quant(
+        (gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v),
+        dict(beta1=beta1, beta2=beta2, epsilon=epsilon), int(num_threads), implementation, 0,
+        float(lr))
 
 
 def adam_w(var, grad, m, v, step: int, *, lr: float = 1e-3, beta1: float = 0.9,
@@ -104,9 +122,10 @@ def adam_w(var, grad, m, v, step: int, *, lr: float = 1e-3, beta1: float = 0.9,
     (decay after the step). Elements whose result would not be finite are left unchanged and
     counted. Returns :class:`AdamWStats`.
     """
-    return _fusekit.adam_w(var, grad, m, v, int(step), float(lr), float(beta1), float(beta2),
-                           float(weight_decay), float(eps), float(gnorm_scale), int(num_threads),
-                           implementation)
+    return _fusekit.adam_w((var, grad, m, v),
+                           dict(beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+                                gnorm_scale=gnorm_scale), int(num_threads), implementation,
+                           int(step), float(lr))
 
 
 def apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, step: int, *,
@@ -121,10 +140,11 @@ def apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, step
     ``absmax_v``: float32 [ceil(n / 256)]. ``step`` counts from 0. See docs/apply_adam_w_quant.md.
     Returns :class:`ApplyAdamWQuantStats`.
     """
-    return _fusekit.apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v,
-                                       int(step), float(lr), float(beta1), float(beta2),
-                                       float(weight_decay), float(eps), float(gnorm_scale),
-                                       int(block_size), int(num_threads), implementation)
+    return _fusekit.apply_adam_w_quant(
+        (var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v),
+        dict(beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+             gnorm_scale=gnorm_scale, block_size=block_size), int(num_threads), implementation,
+        int(step), float(lr))
 
 
 def add_lora(y, x, weight_b, indices, weight_a=None, *, out=None, layer_idx: int = 0,
@@ -138,10 +158,10 @@ def add_lora(y, x, weight_b, indices, weight_a=None, *, out=None, layer_idx: int
     adapter's A and B at ``layer_idx``, accumulated in float32. float16, bfloat16 or float32.
     Returns :class:`AddLoraStats`.
     """
-    return _fusekit.add_lora(y if out is None else out, y, x, weight_b, indices, weight_a,
-                             int(layer_idx), float(scale), int(y_offset),
-                             -1 if y_slice_size is None else int(y_slice_size), int(num_threads),
-                             implementation)
+    return _fusekit.add_lora((y, x, weight_b, indices, weight_a, y if out is None else out),
+                             dict(layer_idx=layer_idx, scale=scale, y_offset=y_offset,
+                                  y_slice_size=-1 if y_slice_size is None else y_slice_size),
+                             int(num_threads), implementation, 0, 0.0)
 
 
 def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7):

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -305,174 +307,285 @@ const char *implementation_name(const std::optional<std::string> &s) {
   return s && !s->empty() ? s->c_str() : nullptr;
 }
 
-// --- the operators -----------------------------------------------------------------------------
-
-// The seam every function below goes through: make the problem, plan it, and run the plan once on
-// the same tensors with the GIL released. `run(plan, workspace, bytes, &stats)` calls the plan's
-// run() with the operator's scalars; the workspace (per calling thread) is taken before the GIL is
-// released, since growing it may raise.
-template <class Problem, class Plan, class Stats, class Tensors, class Options, class Run>
-Stats plan_and_run(const Tensors &t, const Options &o, Run &&run) {
-  Problem problem;
-  Plan plan;
-  check(Problem::make(t, o, &problem));
-  check(Plan::plan(problem, o, &plan));
-  size_t bytes = 0;
-  if constexpr (requires { plan.workspace_size(); }) bytes = plan.workspace_size();
-  void *ws = workspace(bytes);
-  Stats stats;
-  Status s;
-  {
-    nb::gil_scoped_release release;
-    s = run(plan, ws, bytes, &stats);
-  }
-  check(s);
-  return stats;
-}
-
-LazyAdamStats lazy_adam(nb::handle gradient, nb::handle indices, nb::handle m, nb::handle v,
-                        nb::handle var, double lr, double beta1, double beta2, double epsilon,
-                        int num_threads, const std::optional<std::string> &implementation) {
-  constexpr const char *fn = "fusekit.lazy_adam";
-  const LazyAdamTensors t{view_of(gradient, fn, "gradient", false),
-                          view_of(indices, fn, "indices", false), view_of(m, fn, "m", true),
-                          view_of(v, fn, "v", true), view_of(var, fn, "var", true)};
-  LazyAdamOptions o;
-  o.beta1 = beta1;
-  o.beta2 = beta2;
-  o.epsilon = epsilon;
-  o.num_threads = num_threads;
-  o.implementation = implementation_name(implementation);
-  return plan_and_run<LazyAdamProblem, LazyAdam, LazyAdamStats>(
-      t, o, [&](const LazyAdam &plan, void *ws, size_t bytes, LazyAdamStats *stats) {
-        return plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, bytes, stats);
-      });
-}
-
-LazyAdamQuantStats lazy_adam_quant(nb::handle gradient, nb::handle indices, nb::handle m,
-                                   nb::handle v, nb::handle var, nb::handle qmap_m,
-                                   nb::handle qmap_v, nb::handle absmax_m, nb::handle absmax_v,
-                                   double lr, double beta1, double beta2, double epsilon,
-                                   int num_threads,
-                                   const std::optional<std::string> &implementation) {
-  constexpr const char *fn = "fusekit.lazy_adam_quant";
-  const LazyAdamQuantTensors t{view_of(gradient, fn, "gradient", false),
-                               view_of(indices, fn, "indices", false),
-                               view_of(m, fn, "m", true),
-                               view_of(v, fn, "v", true),
-                               view_of(var, fn, "var", true),
-                               view_of(qmap_m, fn, "qmap_m", false),
-                               view_of(qmap_v, fn, "qmap_v", false),
-                               view_of(absmax_m, fn, "absmax_m", true),
-                               view_of(absmax_v, fn, "absmax_v", true)};
-  LazyAdamQuantOptions o;
-  o.beta1 = beta1;
-  o.beta2 = beta2;
-  o.epsilon = epsilon;
-  o.num_threads = num_threads;
-  o.implementation = implementation_name(implementation);
-  return plan_and_run<LazyAdamQuantProblem, LazyAdamQuant, LazyAdamQuantStats>(
-      t, o, [&](const LazyAdamQuant &plan, void *ws, size_t bytes, LazyAdamQuantStats *stats) {
-        return plan.run(t, {.lr = static_cast<float>(lr), .lr_tensor = {}}, ws, bytes, stats);
-      });
-}
-
-AdamWStats adam_w(nb::handle var, nb::handle grad, nb::handle m, nb::handle v, int64_t step,
-                  double lr, double beta1, double beta2, double weight_decay, double eps,
-                  double gnorm_scale, int num_threads,
-                  const std::optional<std::string> &implementation) {
-  constexpr const char *fn = "fusekit.adam_w";
-  const AdamWTensors t{view_of(var, fn, "var", true), view_of(grad, fn, "grad", false),
-                       view_of(m, fn, "m", true), view_of(v, fn, "v", true)};
-  AdamWOptions o;
-  o.beta1 = beta1;
-  o.beta2 = beta2;
-  o.weight_decay = weight_decay;
-  o.eps = eps;
-  o.gnorm_scale = gnorm_scale;
-  o.num_threads = num_threads;
-  o.implementation = implementation_name(implementation);
-  return plan_and_run<AdamWProblem, AdamW, AdamWStats>(
-      t, o, [&](const AdamW &plan, void *, size_t, AdamWStats *stats) {  // no workspace
-        return plan.run(t, {.step = step, .lr = static_cast<float>(lr), .step_tensor = {}, .lr_tensor = {}}, stats);
-      });
-}
-
-ApplyAdamWQuantStats apply_adam_w_quant(nb::handle var, nb::handle grad, nb::handle m, nb::handle v,
-                                        nb::handle qmap_m, nb::handle qmap_v, nb::handle absmax_m,
-                                        nb::handle absmax_v, int64_t step, double lr, double beta1,
-                                        double beta2, double weight_decay, double eps,
-                                        double gnorm_scale, int64_t block_size, int num_threads,
-                                        const std::optional<std::string> &implementation) {
-  constexpr const char *fn = "fusekit.apply_adam_w_quant";
-  const ApplyAdamWQuantTensors t{view_of(var, fn, "var", true),
-                                 view_of(grad, fn, "grad", false),
-                                 view_of(m, fn, "m", true),
-                                 view_of(v, fn, "v", true),
-                                 view_of(qmap_m, fn, "qmap_m", false),
-                                 view_of(qmap_v, fn, "qmap_v", false),
-                                 view_of(absmax_m, fn, "absmax_m", true),
-                                 view_of(absmax_v, fn, "absmax_v", true)};
-  ApplyAdamWQuantOptions o;
-  o.beta1 = beta1;
-  o.beta2 = beta2;
-  o.weight_decay = weight_decay;
-  o.eps = eps;
-  o.gnorm_scale = gnorm_scale;
-  o.block_size = block_size;
-  o.num_threads = num_threads;
-  o.implementation = implementation_name(implementation);
-  return plan_and_run<ApplyAdamWQuantProblem, ApplyAdamWQuant, ApplyAdamWQuantStats>(
-      t, o, [&](const ApplyAdamWQuant &plan, void *ws, size_t bytes, ApplyAdamWQuantStats *stats) {
-        return plan.run(t, {.step = step, .lr = static_cast<float>(lr), .step_tensor = {}, .lr_tensor = {}}, ws, bytes, stats);
-      });
-}
-
-AddLoraStats add_lora(nb::handle out, nb::handle y, nb::handle x, nb::handle weight_b,
-                      nb::handle indices, nb::handle weight_a, int64_t layer_idx, double scale,
-                      int64_t y_offset, int64_t y_slice_size, int num_threads,
-                      const std::optional<std::string> &implementation) {
-  constexpr const char *fn = "fusekit.add_lora";
-  AddLoraTensors t{view_of(y, fn, "y", false),
-                   view_of(x, fn, "x", false),
-                   view_of(weight_b, fn, "weight_b", false),
-                   view_of(indices, fn, "indices", false),
-                   weight_a.is_none() ? TensorView{} : view_of(weight_a, fn, "weight_a", false),
-                   view_of(out, fn, "out", true)};
-  // The operator takes int32 indices (CANN's type); torch and vLLM hold them as int64. Those are
-  // narrowed into a per-thread scratch copy of B elements, refusing a value int32 cannot hold
-  // (narrowing it would wrap it into a valid adapter).
-  if (t.indices.dtype != DType::kInt32 && t.indices.dtype != DType::kInt64) {
-    raise_value(std::string(fn) + ": indices has dtype " + dtype_name(t.indices.dtype) +
-                "; int32 or int64 is required");
-  }
+// vLLM and torch hold adapter indices as int64; AddLora takes int32 (CANN's type). An int64 [B]
+// view is narrowed into a per-thread scratch copy, refusing a value int32 cannot hold (narrowing
+// it would wrap it into a valid adapter).
+void narrow_indices(TensorView *indices, const char *fn) {
   static thread_local std::vector<int32_t> narrowed;
-  if (t.indices.dtype == DType::kInt64 && t.indices.ndim == 1) {
-    const int64_t n = t.indices.shape[0], stride = t.indices.strides[0];
-    const auto *src = static_cast<const int64_t *>(t.indices.data);
-    narrowed.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t value = src[i * stride];
-      if (value < INT32_MIN || value > INT32_MAX) {
-        raise_status(Status::ShapeMismatch(std::string(fn) + ": indices[" + std::to_string(i) +
-                                           "] = " + std::to_string(value) +
-                                           " is not an adapter slot (outside int32)"));
-      }
-      narrowed[static_cast<size_t>(i)] = static_cast<int32_t>(value);
+  if (indices->dtype != DType::kInt64 || indices->ndim != 1) return;
+  const int64_t n = indices->shape[0], stride = indices->strides[0];
+  const auto *src = static_cast<const int64_t *>(indices->data);
+  narrowed.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t value = src[i * stride];
+    if (value < INT32_MIN || value > INT32_MAX) {
+      raise_status(Status::ShapeMismatch(std::string(fn) + ": indices[" + std::to_string(i) +
+                                         "] = " + std::to_string(value) +
+                                         " is not an adapter slot (outside int32)"));
     }
-    t.indices = TensorView::contiguous(narrowed.data(), DType::kInt32, {n});
+    narrowed[static_cast<size_t>(i)] = static_cast<int32_t>(value);
   }
-  AddLoraOptions o;
-  o.layer_idx = layer_idx;
-  o.scale = scale;
-  o.y_offset = y_offset;
-  o.y_slice_size = y_slice_size;
+  *indices = TensorView::contiguous(narrowed.data(), DType::kInt32, {n});
+}
+
+// --- the operators ----------------------------------------------------------------------------
+//
+// Each operator is described once, below (its tensors in the order of its C++ Tensors struct, the
+// ones it writes, its attributes, how its per-run scalars are made from step and lr); from that
+// description come its plan class (fusekit.LazyAdamPlan, ...: planned once, run any number of
+// times on new arrays of the same layout) and its one-call function (plan and run once).
+
+struct TensorArg {
+  const char *name;
+  bool written;
+  bool optional = false;  // None is allowed: an empty TensorView (AddLora's weight_a)
+};
+template <class Options>
+struct FloatAttr {
+  const char *name;
+  double Options::*field;
+};
+template <class Options>
+struct IntAttr {
+  const char *name;
+  int64_t Options::*field;
+};
+
+template <class Op>
+struct Binding;  // one per operator
+
+template <>
+struct Binding<LazyAdam> {
+  using Problem = LazyAdamProblem;
+  using Tensors = LazyAdamTensors;
+  using Options = LazyAdamOptions;
+  using Stats = LazyAdamStats;
+  static constexpr const char *kName = "lazy_adam";
+  static constexpr TensorArg kTensors[] = {
+      {"gradient", false}, {"indices", false}, {"m", true}, {"v", true}, {"var", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {
+      {"beta1", &Options::beta1}, {"beta2", &Options::beta2}, {"epsilon", &Options::epsilon}};
+  static constexpr std::span<const IntAttr<Options>> kInts = {};
+  static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3], v[4]}; }
+  static Status run(const LazyAdam &plan, const Tensors &t, int64_t /*step*/, double lr, void *ws,
+                    size_t bytes, Stats *stats) {
+    LazyAdamScalars s;
+    s.lr = static_cast<float>(lr);
+    return plan.run(t, s, ws, bytes, stats);
+  }
+};
+
+template <>
+struct Binding<LazyAdamQuant> {
+  using Problem = LazyAdamQuantProblem;
+  using Tensors = LazyAdamQuantTensors;
+  using Options = LazyAdamQuantOptions;
+  using Stats = LazyAdamQuantStats;
+  static constexpr const char *kName = "lazy_adam_quant";
+  static constexpr TensorArg kTensors[] = {
+      {"gradient", false}, {"indices", false}, {"m", true},         {"v", true},        {"var", true},
+      {"qmap_m", false},   {"qmap_v", false},  {"absmax_m", true}, {"absmax_v", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {
+      {"beta1", &Options::beta1}, {"beta2", &Options::beta2}, {"epsilon", &Options::epsilon}};
+  static constexpr std::span<const IntAttr<Options>> kInts = {};
+  static Tensors tensors(const TensorView *v) {
+    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  }
+  static Status run(const LazyAdamQuant &plan, const Tensors &t, int64_t /*step*/, double lr,
+                    void *ws, size_t bytes, Stats *stats) {
+    LazyAdamQuantScalars s;
+    s.lr = static_cast<float>(lr);
+    return plan.run(t, s, ws, bytes, stats);
+  }
+};
+
+template <>
+struct Binding<AdamW> {
+  using Problem = AdamWProblem;
+  using Tensors = AdamWTensors;
+  using Options = AdamWOptions;
+  using Stats = AdamWStats;
+  static constexpr const char *kName = "adam_w";
+  static constexpr TensorArg kTensors[] = {{"var", true}, {"grad", false}, {"m", true}, {"v", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
+                                                   {"beta2", &Options::beta2},
+                                                   {"weight_decay", &Options::weight_decay},
+                                                   {"eps", &Options::eps},
+                                                   {"gnorm_scale", &Options::gnorm_scale}};
+  static constexpr std::span<const IntAttr<Options>> kInts = {};
+  static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3]}; }
+  static Status run(const AdamW &plan, const Tensors &t, int64_t step, double lr, void * /*ws*/,
+                    size_t /*bytes*/, Stats *stats) {
+    AdamWScalars s;
+    s.step = step;
+    s.lr = static_cast<float>(lr);
+    return plan.run(t, s, stats);
+  }
+};
+
+template <>
+struct Binding<ApplyAdamWQuant> {
+  using Problem = ApplyAdamWQuantProblem;
+  using Tensors = ApplyAdamWQuantTensors;
+  using Options = ApplyAdamWQuantOptions;
+  using Stats = ApplyAdamWQuantStats;
+  static constexpr const char *kName = "apply_adam_w_quant";
+  static constexpr TensorArg kTensors[] = {
+      {"var", true},     {"grad", false},   {"m", true},        {"v", true},
+      {"qmap_m", false}, {"qmap_v", false}, {"absmax_m", true}, {"absmax_v", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
+                                                   {"beta2", &Options::beta2},
+                                                   {"weight_decay", &Options::weight_decay},
+                                                   {"eps", &Options::eps},
+                                                   {"gnorm_scale", &Options::gnorm_scale}};
+  static constexpr IntAttr<Options> kInts[] = {{"block_size", &Options::block_size}};
+  static Tensors tensors(const TensorView *v) {
+    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  }
+  static Status run(const ApplyAdamWQuant &plan, const Tensors &t, int64_t step, double lr,
+                    void *ws, size_t bytes, Stats *stats) {
+    ApplyAdamWQuantScalars s;
+    s.step = step;
+    s.lr = static_cast<float>(lr);
+    return plan.run(t, s, ws, bytes, stats);
+  }
+};
+
+template <>
+struct Binding<AddLora> {
+  using Problem = AddLoraProblem;
+  using Tensors = AddLoraTensors;
+  using Options = AddLoraOptions;
+  using Stats = AddLoraStats;
+  static constexpr const char *kName = "add_lora";
+  static constexpr TensorArg kTensors[] = {{"y", false},       {"x", false},
+                                           {"weight_b", false}, {"indices", false},
+                                           {"weight_a", false, true}, {"out", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"scale", &Options::scale}};
+  static constexpr IntAttr<Options> kInts[] = {{"layer_idx", &Options::layer_idx},
+                                               {"y_offset", &Options::y_offset},
+                                               {"y_slice_size", &Options::y_slice_size}};
+  static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3], v[4], v[5]}; }
+  static Status run(const AddLora &plan, const Tensors &t, int64_t /*step*/, double /*lr*/,
+                    void *ws, size_t bytes, Stats *stats) {
+    return plan.run(t, ws, bytes, stats);
+  }
+};
+
+// The operator's tensors from a sequence of arrays (views, no copies); AddLora's int64 indices
+// narrowed (see narrow_indices).
+template <class Op>
+typename Binding<Op>::Tensors tensors_of(nb::handle seq, const char *fn) {
+  constexpr size_t n = std::size(Binding<Op>::kTensors);
+  if (!PySequence_Check(seq.ptr()) || PySequence_Size(seq.ptr()) != static_cast<Py_ssize_t>(n)) {
+    PyErr_Clear();
+    std::string names;
+    for (const TensorArg &a : Binding<Op>::kTensors) names += (names.empty() ? "" : ", ") + std::string(a.name);
+    raise_value(std::string(fn) + ": tensors must be a sequence of " + std::to_string(n) + " (" +
+                names + ")");
+  }
+  TensorView v[n];
+  for (size_t i = 0; i < n; ++i) {
+    const TensorArg &a = Binding<Op>::kTensors[i];
+    nb::object item = nb::steal(PySequence_GetItem(seq.ptr(), static_cast<Py_ssize_t>(i)));
+    if (!item.is_valid()) throw nb::python_error();
+    if (a.optional && item.is_none()) continue;
+    v[i] = view_of(item, fn, a.name, a.written);
+  }
+  typename Binding<Op>::Tensors t = Binding<Op>::tensors(v);
+  if constexpr (std::is_same_v<Op, AddLora>) narrow_indices(&t.indices, fn);
+  return t;
+}
+
+// The options: the attributes by name from `attrs` (a missing one keeps the C++ default), the
+// thread count and the implementation's name (kept alive by `name`).
+template <class Op>
+typename Binding<Op>::Options options_of(const nb::dict &attrs, int num_threads,
+                                         const std::optional<std::string> &implementation,
+                                         const char *fn) {
+  typename Binding<Op>::Options o;
+  size_t used = 0;
+  for (const auto &a : Binding<Op>::kFloats) {
+    if (attrs.contains(a.name)) {
+      o.*a.field = nb::cast<double>(attrs[a.name]);
+      ++used;
+    }
+  }
+  for (const auto &a : Binding<Op>::kInts) {
+    if (attrs.contains(a.name)) {
+      o.*a.field = nb::cast<int64_t>(attrs[a.name]);
+      ++used;
+    }
+  }
+  if (used != attrs.size()) {
+    std::string known;
+    for (const auto &a : Binding<Op>::kFloats) known += (known.empty() ? "" : ", ") + std::string(a.name);
+    for (const auto &a : Binding<Op>::kInts) known += (known.empty() ? "" : ", ") + std::string(a.name);
+    raise_value(std::string(fn) + ": unknown attribute among " + py_str(attrs.attr("keys")()) +
+                " (this operator takes " + known + ")");
+  }
   o.num_threads = num_threads;
   o.implementation = implementation_name(implementation);
-  return plan_and_run<AddLoraProblem, AddLora, AddLoraStats>(
-      t, o, [&](const AddLora &plan, void *ws, size_t bytes, AddLoraStats *stats) {
-        return plan.run(t, ws, bytes, stats);
-      });
+  return o;
+}
+
+// A plan, made once from the layouts of arrays, run any number of times on arrays of the same
+// layouts (new data, new addresses) with the GIL released. The workspace is the calling thread's.
+template <class Op>
+class PyPlan {
+ public:
+  PyPlan(nb::handle tensors, const nb::dict &attrs, int num_threads,
+         const std::optional<std::string> &implementation)
+      : name_(implementation.value_or("")) {
+    const std::string fn = std::string("fusekit.") + Binding<Op>::kName;
+    const auto t = tensors_of<Op>(tensors, fn.c_str());
+    auto o = options_of<Op>(attrs, num_threads, implementation, fn.c_str());
+    o.implementation = name_.empty() ? nullptr : name_.c_str();
+    typename Binding<Op>::Problem problem;  // (the plan keeps its own copy)
+    check(Binding<Op>::Problem::make(t, o, &problem));
+    check(Op::plan(problem, o, &plan_));
+  }
+
+  typename Binding<Op>::Stats run(nb::handle tensors, int64_t step, double lr) const {
+    const std::string fn = std::string("fusekit.") + Binding<Op>::kName;
+    const auto t = tensors_of<Op>(tensors, fn.c_str());
+    size_t bytes = 0;
+    if constexpr (requires { plan_.workspace_size(); }) bytes = plan_.workspace_size();
+    void *ws = workspace(bytes);  // before the GIL goes: growing it may raise
+    typename Binding<Op>::Stats stats;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = Binding<Op>::run(plan_, t, step, lr, ws, bytes, &stats);
+    }
+    check(s);
+    return stats;
+  }
+
+  const char *implementation() const { return plan_.implementation(); }
+
+ private:
+  std::string name_;
+  Op plan_;
+};
+
+// One call: plan, run once.
+template <class Op>
+typename Binding<Op>::Stats run_once(nb::handle tensors, const nb::dict &attrs, int num_threads,
+                                     const std::optional<std::string> &implementation,
+                                     int64_t step, double lr) {
+  return PyPlan<Op>(tensors, attrs, num_threads, implementation).run(tensors, step, lr);
+}
+
+template <class Op>
+void bind_operator(nb::module_ &mod, const char *class_name) {
+  nb::class_<PyPlan<Op>>(mod, class_name)
+      .def(nb::init<nb::handle, const nb::dict &, int, const std::optional<std::string> &>(),
+           "tensors"_a, "attrs"_a, "num_threads"_a = 0, "implementation"_a.none() = nb::none())
+      .def("run", &PyPlan<Op>::run, "tensors"_a, "step"_a = 0, "lr"_a = 0.0)
+      .def_prop_ro("implementation", &PyPlan<Op>::implementation);
+  mod.def(Binding<Op>::kName, &run_once<Op>, "tensors"_a, "attrs"_a, "num_threads"_a,
+          "implementation"_a.none(), "step"_a, "lr"_a);
 }
 
 // --- memory ------------------------------------------------------------------------------------
@@ -573,21 +686,11 @@ NB_MODULE(_fusekit, mod) {
                                       {"decode_groups", s.decode_groups}});
       });
 
-  mod.def("lazy_adam", &python::lazy_adam, "gradient"_a, "indices"_a, "m"_a, "v"_a, "var"_a, "lr"_a,
-          "beta1"_a, "beta2"_a, "epsilon"_a, "num_threads"_a, "implementation"_a.none());
-  mod.def("lazy_adam_quant", &python::lazy_adam_quant, "gradient"_a, "indices"_a, "m"_a, "v"_a,
-          "var"_a, "qmap_m"_a, "qmap_v"_a, "absmax_m"_a, "absmax_v"_a, "lr"_a, "beta1"_a, "beta2"_a,
-          "epsilon"_a, "num_threads"_a, "implementation"_a.none());
-  mod.def("adam_w", &python::adam_w, "var"_a, "grad"_a, "m"_a, "v"_a, "step"_a, "lr"_a, "beta1"_a,
-          "beta2"_a, "weight_decay"_a, "eps"_a, "gnorm_scale"_a, "num_threads"_a,
-          "implementation"_a.none());
-  mod.def("apply_adam_w_quant", &python::apply_adam_w_quant, "var"_a, "grad"_a, "m"_a, "v"_a,
-          "qmap_m"_a, "qmap_v"_a, "absmax_m"_a, "absmax_v"_a, "step"_a, "lr"_a, "beta1"_a,
-          "beta2"_a, "weight_decay"_a, "eps"_a, "gnorm_scale"_a, "block_size"_a, "num_threads"_a,
-          "implementation"_a.none());
-  mod.def("add_lora", &python::add_lora, "out"_a, "y"_a, "x"_a, "weight_b"_a, "indices"_a,
-          "weight_a"_a.none(), "layer_idx"_a, "scale"_a, "y_offset"_a, "y_slice_size"_a,
-          "num_threads"_a, "implementation"_a.none());
+  bind_operator<LazyAdam>(mod, "LazyAdamPlan");
+  bind_operator<LazyAdamQuant>(mod, "LazyAdamQuantPlan");
+  bind_operator<AdamW>(mod, "AdamWPlan");
+  bind_operator<ApplyAdamWQuant>(mod, "ApplyAdamWQuantPlan");
+  bind_operator<AddLora>(mod, "AddLoraPlan");
 
   mod.def(
       "create_dynamic_map",

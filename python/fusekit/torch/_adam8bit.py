@@ -24,6 +24,7 @@ import torch
 import fusekit
 
 from ._memory import HUGE_PAGE_BYTES, to_hugepages, zeros_hugepage
+from ._plans import PlanCache
 
 __all__ = ["AdamW8bit", "Adam8bit"]
 
@@ -93,6 +94,7 @@ class _Adam8bitBase(torch.optim.Optimizer):
         self.last_step_skipped_blocks = 0
         self.last_step_skipped_elements = 0
         super().__init__(params, defaults)
+        self._plans = PlanCache()  # each parameter's plan, made on its first step
 
     # ---- groups ---------------------------------------------------------------------------------
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
@@ -225,8 +227,7 @@ class _Adam8bitBase(torch.optim.Optimizer):
         self.last_step_skipped_elements = elements_skipped
         return loss
 
-    @staticmethod
-    def _step_8bit(p, g, state, step, hp) -> int:
+    def _step_8bit(self, p, g, state, step, hp) -> int:
         m, v = state["state1"], state["state2"]
         if p.is_contiguous() and g.is_contiguous():
             var, grad, m, v = p.view(-1), g.view(-1), m.view(-1), v.view(-1)
@@ -238,18 +239,22 @@ class _Adam8bitBase(torch.optim.Optimizer):
             var, grad = p.contiguous().view(-1), g.contiguous().view(-1)
             m, v = m.view(-1), v.view(-1)
             copy_back = var
-        st = fusekit.apply_adam_w_quant(var, grad, m, v, state["qmap1"], state["qmap2"],
-                                        state["absmax1"], state["absmax2"], step, **hp)
+        attrs = {k: x for k, x in hp.items() if k != "lr"}
+        st = self._plans.run(id(p), fusekit.ApplyAdamWQuantPlan,
+                             (var, grad, m, v, state["qmap1"], state["qmap2"], state["absmax1"],
+                              state["absmax2"]), attrs, tuple(attrs.values()), step, hp["lr"])
         if copy_back is not None:
             p.copy_(copy_back.view(p.shape))
         return st.blocks_skipped_nonfinite
 
-    @staticmethod
-    def _step_32bit(p, g, state, step, hp) -> int:
+    def _step_32bit(self, p, g, state, step, hp) -> int:
         var = p if p.is_contiguous() else p.contiguous()  # adam_w takes contiguous tensors
         grad = g if g.is_contiguous() else g.contiguous()
-        st = fusekit.adam_w(var.view(-1), grad.view(-1), state["state1"].view(-1),
-                            state["state2"].view(-1), step, **hp)
+        attrs = {k: x for k, x in hp.items() if k != "lr"}
+        st = self._plans.run(id(p), fusekit.AdamWPlan,
+                             (var.view(-1), grad.view(-1), state["state1"].view(-1),
+                              state["state2"].view(-1)), attrs, tuple(attrs.values()), step,
+                             hp["lr"])
         if var is not p:
             p.copy_(var)
         return st.elements_skipped_nonfinite

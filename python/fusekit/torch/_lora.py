@@ -50,8 +50,9 @@ def _empty_batch(y: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> boo
 
 
 def _run(out, y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset, y_slice_size):
-    _fusekit.add_lora(out, y, x, weight_b, indices, weight_a, int(layer_idx), float(scale),
-                      int(y_offset), int(y_slice_size), 0, None)
+    _fusekit.add_lora((y, x, weight_b, indices, weight_a, out),
+                      dict(layer_idx=int(layer_idx), scale=float(scale), y_offset=int(y_offset),
+                           y_slice_size=int(y_slice_size)), 0, None, 0, 0.0)
 
 
 # ---- the custom ops ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from torch.optim import Optimizer
 import fusekit
 
 from ._memory import empty_hugepage, to_hugepages, zeros_hugepage
+from ._plans import PlanCache
 
 __all__ = ["SparseAdam", "LazyAdam", "SparseAdamStats"]
 
@@ -119,6 +120,7 @@ class SparseAdam(Optimizer):
         self._initialized = False
         defaults = {"lr": lr, "betas": betas, "eps": eps, "maximize": maximize}
         super().__init__(params, defaults)
+        self._plans = PlanCache()  # each parameter's plan, remade when its row count changes
 
         sparse_params = []
         complex_params = []
@@ -381,8 +383,10 @@ class SparseAdam(Optimizer):
                 back.append((t, v))
             views.append(v)
         var, m, v = views
-        st = fusekit.lazy_adam(values, w.indices, m, v, var, step_size, beta1=beta1, beta2=beta2,
-                               epsilon=eps)
+        attrs = dict(beta1=beta1, beta2=beta2, epsilon=eps)
+        st = self._plans.run(id(w.param), fusekit.LazyAdamPlan, (values, w.indices, m, v, var),
+                             attrs, (beta1, beta2, eps, values.shape[0], w.indices.dtype), 0,
+                             step_size)
         for t, c in back:
             t.copy_(c.view(t.shape))
         return st

@@ -369,8 +369,11 @@ class SparseAdam8bit(SparseAdam):
                 back.append((t, v))
             views.append(v)
         var, m, v, am, av = views
-        st = fusekit.lazy_adam_quant(values, w.indices, m, v, var, state["qmap1"], state["qmap2"],
-                                     am, av, step_size, beta1=beta1, beta2=beta2, epsilon=eps)
+        attrs = dict(beta1=beta1, beta2=beta2, epsilon=eps)
+        st = self._plans.run(id(w.param), fusekit.LazyAdamQuantPlan,
+                             (values, w.indices, m, v, var, state["qmap1"], state["qmap2"], am, av),
+                             attrs, (beta1, beta2, eps, values.shape[0], w.indices.dtype), 0,
+                             step_size)
         for t, c in back:
             t.copy_(c.view(t.shape))
         return st
