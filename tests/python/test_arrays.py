@@ -451,3 +451,59 @@ def test_core_package_does_not_import_torch():
     code = "import sys, fusekit; fusekit.create_dynamic_map(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---- plans: made once, run many times -------------------------------------------------------
+def test_adam_w_plan_reused_with_new_arrays_and_a_schedule_equals_fresh_calls():
+    """One AdamWPlan, five runs on new arrays (new addresses) with a new step and lr each time (a
+    learning-rate schedule needs no new plan); each equals the NumPy oracle and a fresh call."""
+    n = 1000
+    g = rng(91)
+    plan = None
+    for k in range(5):
+        var = g.standard_normal(n).astype(np.float32)
+        grad = g.standard_normal(n).astype(np.float32)
+        m = g.standard_normal(n).astype(np.float32) * np.float32(0.1)
+        v = g.random(n).astype(np.float32) * np.float32(0.01)
+        lr = 1e-3 * (k + 1)
+        want = adam_w_oracle(var, grad, m, v, 3 * k, lr, 0.9, 0.999, 0.01, 1e-8)
+        fresh = [a.copy() for a in (var, grad, m, v)]
+        if plan is None:
+            plan = fusekit.AdamWPlan((var, grad, m, v), dict(weight_decay=0.01))
+            assert plan.implementation in fusekit.implementations("adam_w")
+        plan.run((var, grad, m, v), step=3 * k, lr=lr)
+        fusekit.adam_w(*fresh, 3 * k, lr=lr, weight_decay=0.01)
+        for got, exp, fr in zip((var, m, v), want, (fresh[0], fresh[2], fresh[3])):
+            np.testing.assert_allclose(got, exp, rtol=2e-7, atol=0)
+            np.testing.assert_array_equal(got, fr)
+
+
+def test_lazy_adam_plan_refuses_another_layout_and_modifies_nothing():
+    g = rng(92)
+    idx = np.array([3, 1, 3, 0], np.int64)
+    grad = g.standard_normal((4, 20)).astype(np.float32)
+    m, v, var = (g.random((6, 20)).astype(np.float32) for _ in range(3))
+    plan = fusekit.LazyAdamPlan((grad, idx, m, v, var), dict(beta1=0.8))
+    wide = g.random((6, 21)).astype(np.float32)
+    before = [a.copy() for a in (m, v, var, wide)]
+    with pytest.raises(fusekit.Error, match="inputVar"):
+        plan.run((grad, idx, m, v, wide), lr=0.01)  # another shape than planned
+    with pytest.raises(fusekit.Error, match="lr = nan"):
+        plan.run((grad, idx, m, v, var), lr=float("nan"))
+    for a, b in zip((m, v, var, wide), before):
+        np.testing.assert_array_equal(a, b)
+    want_m, want_v, want_var = lazy_adam_golden(grad, idx, m.copy(), v.copy(), var.copy(), 0.01,
+                                                0.8, 0.999, 1e-7)[:3]
+    st = plan.run((grad, idx, m, v, var), lr=0.01)
+    assert st.rows_updated == 3
+    np.testing.assert_array_equal(var, want_var)
+
+
+def test_plan_arguments_refused_by_name():
+    x = np.zeros(4, np.float32)
+    with pytest.raises(fusekit.Error, match=r"tensors must be a sequence of 4 \(var, grad, m, v\)"):
+        fusekit.AdamWPlan((x, x, x), {})
+    with pytest.raises(fusekit.Error, match="unknown attribute.*takes beta1, beta2"):
+        fusekit.AdamWPlan((x, x.copy(), x.copy(), x.copy()), dict(betas=0.9))
+    with pytest.raises(fusekit.Error, match="no implementation is named \"cpu_nonesuch\""):
+        fusekit.AdamWPlan((x, x.copy(), x.copy(), x.copy()), {}, implementation="cpu_nonesuch")

@@ -748,3 +748,28 @@ def test_closure():
 
     assert opt.step(closure).item() == 5000.0
     assert opt.state[p]["step"] == 1 and float(p.detach()[0]) < 1.0
+
+
+def test_each_parameter_is_planned_once():
+    """The optimizer plans each parameter on its first step and reuses that plan (new gradients
+    are bound each step); a change of the attributes (weight decay) plans again, a change of lr
+    does not."""
+    torch.manual_seed(5)
+    big = torch.nn.Parameter(torch.randn(4096))        # 8-bit state
+    small = torch.nn.Parameter(torch.randn(100))       # float32 state (below min_8bit_size)
+    opt = AdamW8bit([big, small], lr=1e-3, hugepages=False)
+    plans = []
+    for k in range(3):
+        for p in (big, small):
+            p.grad = torch.randn_like(p)
+        opt.param_groups[0]["lr"] = 1e-3 * (k + 1)
+        opt.step()
+        plans.append({slot: entry[1] for slot, entry in opt._plans._plans.items()})
+    assert len(plans[0]) == 2
+    assert {type(p).__name__ for p in plans[0].values()} == {"ApplyAdamWQuantPlan", "AdamWPlan"}
+    assert all(plans[k][s] is plans[0][s] for k in (1, 2) for s in plans[0])
+    opt.param_groups[0]["weight_decay"] = 0.5
+    for p in (big, small):
+        p.grad = torch.randn_like(p)
+    opt.step()
+    assert all(opt._plans._plans[s][1] is not plans[0][s] for s in plans[0])
