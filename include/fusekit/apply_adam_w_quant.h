@@ -141,8 +141,8 @@ class ApplyAdamWQuant {
 
   // Phase two, any number of times: binds the tensors (checked against the problem: same layouts,
   // data present, no overlap; the pointers may change from run to run) and the scalars, checks
-  // them (0 <= step < 2^62, lr finite and >= 0) and both maps (256 finite floats in ascending order, ties allowed)
-  // before writing anything, then runs.
+  // them (0 <= step < 2^62, lr finite and >= 0) and both maps (256 finite floats in ascending
+  // order, ties allowed) before writing anything, then runs.
   FUSEKIT_API Status run(const ApplyAdamWQuantTensors &tensors,
                          const ApplyAdamWQuantScalars &scalars, void *workspace,
                          size_t workspace_size, ApplyAdamWQuantStats *stats = nullptr,

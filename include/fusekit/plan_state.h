@@ -15,7 +15,7 @@ struct Implementation;
 
 template <class Op, class Problem, class Tensors>
 struct PlanState {
-  Problem problem;                            // what the plan was made for
+  Problem problem;                           // what the plan was made for
   const Implementation<Op> *impl = nullptr;  // null: a plan that was not made
   const char *impl_name = "none";
   int threads = 1;

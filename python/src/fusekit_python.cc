@@ -17,8 +17,8 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fusekit/adam_w.h"
@@ -383,7 +383,7 @@ struct Binding<LazyAdamQuant> {
   using Stats = LazyAdamQuantStats;
   static constexpr const char *kName = "lazy_adam_quant";
   static constexpr TensorArg kTensors[] = {
-      {"gradient", false}, {"indices", false}, {"m", true},         {"v", true},        {"var", true},
+      {"gradient", false}, {"indices", false}, {"m", true},        {"v", true},       {"var", true},
       {"qmap_m", false},   {"qmap_v", false},  {"absmax_m", true}, {"absmax_v", true}};
   static constexpr FloatAttr<Options> kFloats[] = {
       {"beta1", &Options::beta1}, {"beta2", &Options::beta2}, {"epsilon", &Options::epsilon}};
@@ -406,7 +406,8 @@ struct Binding<AdamW> {
   using Options = AdamWOptions;
   using Stats = AdamWStats;
   static constexpr const char *kName = "adam_w";
-  static constexpr TensorArg kTensors[] = {{"var", true}, {"grad", false}, {"m", true}, {"v", true}};
+  static constexpr TensorArg kTensors[] = {
+      {"var", true}, {"grad", false}, {"m", true}, {"v", true}};
   static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
                                                    {"beta2", &Options::beta2},
                                                    {"weight_decay", &Options::weight_decay},
@@ -430,9 +431,9 @@ struct Binding<ApplyAdamWQuant> {
   using Options = ApplyAdamWQuantOptions;
   using Stats = ApplyAdamWQuantStats;
   static constexpr const char *kName = "apply_adam_w_quant";
-  static constexpr TensorArg kTensors[] = {
-      {"var", true},     {"grad", false},   {"m", true},        {"v", true},
-      {"qmap_m", false}, {"qmap_v", false}, {"absmax_m", true}, {"absmax_v", true}};
+  static constexpr TensorArg kTensors[] = {{"var", true},      {"grad", false},   {"m", true},
+                                           {"v", true},        {"qmap_m", false}, {"qmap_v", false},
+                                           {"absmax_m", true}, {"absmax_v", true}};
   static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
                                                    {"beta2", &Options::beta2},
                                                    {"weight_decay", &Options::weight_decay},
@@ -458,9 +459,12 @@ struct Binding<AddLora> {
   using Options = AddLoraOptions;
   using Stats = AddLoraStats;
   static constexpr const char *kName = "add_lora";
-  static constexpr TensorArg kTensors[] = {{"y", false},       {"x", false},
-                                           {"weight_b", false}, {"indices", false},
-                                           {"weight_a", false, true}, {"out", true}};
+  static constexpr TensorArg kTensors[] = {{"y", false},
+                                           {"x", false},
+                                           {"weight_b", false},
+                                           {"indices", false},
+                                           {"weight_a", false, true},
+                                           {"out", true}};
   static constexpr FloatAttr<Options> kFloats[] = {{"scale", &Options::scale}};
   static constexpr IntAttr<Options> kInts[] = {{"layer_idx", &Options::layer_idx},
                                                {"y_offset", &Options::y_offset},
@@ -480,7 +484,8 @@ typename Binding<Op>::Tensors tensors_of(nb::handle seq, const char *fn) {
   if (!PySequence_Check(seq.ptr()) || PySequence_Size(seq.ptr()) != static_cast<Py_ssize_t>(n)) {
     PyErr_Clear();
     std::string names;
-    for (const TensorArg &a : Binding<Op>::kTensors) names += (names.empty() ? "" : ", ") + std::string(a.name);
+    for (const TensorArg &a : Binding<Op>::kTensors)
+      names += (names.empty() ? "" : ", ") + std::string(a.name);
     raise_value(std::string(fn) + ": tensors must be a sequence of " + std::to_string(n) + " (" +
                 names + ")");
   }
@@ -497,36 +502,48 @@ typename Binding<Op>::Tensors tensors_of(nb::handle seq, const char *fn) {
   return t;
 }
 
-// The options: the attributes by name from `attrs` (a missing one keeps the C++ default), the
-// thread count and the implementation's name (kept alive by `name`).
+// The options: the attributes by name from `attrs` (a missing one keeps the C++ default; one
+// pass over the dict, keys compared as UTF-8), the thread count and the implementation's name.
 template <class Op>
 typename Binding<Op>::Options options_of(const nb::dict &attrs, int num_threads,
-                                         const std::optional<std::string> &implementation,
-                                         const char *fn) {
-  typename Binding<Op>::Options o;
-  size_t used = 0;
-  for (const auto &a : Binding<Op>::kFloats) {
-    if (attrs.contains(a.name)) {
-      o.*a.field = nb::cast<double>(attrs[a.name]);
-      ++used;
+                                         const char *implementation, const char *fn) {
+  using B = Binding<Op>;
+  typename B::Options o;
+  PyObject *key = nullptr, *value = nullptr;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(attrs.ptr(), &pos, &key, &value)) {
+    const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    bool found = false;
+    for (const auto &a : B::kFloats) {
+      if (k != nullptr && std::strcmp(k, a.name) == 0) {
+        o.*a.field = nb::cast<double>(nb::handle(value));
+        found = true;
+      }
     }
-  }
-  for (const auto &a : Binding<Op>::kInts) {
-    if (attrs.contains(a.name)) {
-      o.*a.field = nb::cast<int64_t>(attrs[a.name]);
-      ++used;
+    for (const auto &a : B::kInts) {
+      if (k != nullptr && std::strcmp(k, a.name) == 0) {
+        o.*a.field = nb::cast<int64_t>(nb::handle(value));
+        found = true;
+      }
     }
-  }
-  if (used != attrs.size()) {
-    std::string known;
-    for (const auto &a : Binding<Op>::kFloats) known += (known.empty() ? "" : ", ") + std::string(a.name);
-    for (const auto &a : Binding<Op>::kInts) known += (known.empty() ? "" : ", ") + std::string(a.name);
-    raise_value(std::string(fn) + ": unknown attribute among " + py_str(attrs.attr("keys")()) +
-                " (this operator takes " + known + ")");
+    if (!found) {
+      std::string known;
+      for (const auto &a : B::kFloats) known += (known.empty() ? "" : ", ") + std::string(a.name);
+      for (const auto &a : B::kInts) known += (known.empty() ? "" : ", ") + std::string(a.name);
+      raise_value(std::string(fn) + ": unknown attribute " + py_str(key) +
+                  " (this operator takes " + known + ")");
+    }
   }
   o.num_threads = num_threads;
-  o.implementation = implementation_name(implementation);
+  o.implementation = implementation;
   return o;
+}
+
+// "fusekit.lazy_adam", ...: the prefix of the Python face's messages.
+template <class Op>
+const char *function_name() {
+  static const std::string name = std::string("fusekit.") + Binding<Op>::kName;
+  return name.c_str();
 }
 
 // A plan, made once from the layouts of arrays, run any number of times on arrays of the same
@@ -536,19 +553,21 @@ class PyPlan {
  public:
   PyPlan(nb::handle tensors, const nb::dict &attrs, int num_threads,
          const std::optional<std::string> &implementation)
-      : name_(implementation.value_or("")) {
-    const std::string fn = std::string("fusekit.") + Binding<Op>::kName;
-    const auto t = tensors_of<Op>(tensors, fn.c_str());
-    auto o = options_of<Op>(attrs, num_threads, implementation, fn.c_str());
-    o.implementation = name_.empty() ? nullptr : name_.c_str();
+      : PyPlan(tensors_of<Op>(tensors, function_name<Op>()), attrs, num_threads,
+               implementation_name(implementation)) {}
+  PyPlan(const typename Binding<Op>::Tensors &t, const nb::dict &attrs, int num_threads,
+         const char *implementation) {
+    const auto o = options_of<Op>(attrs, num_threads, implementation, function_name<Op>());
     typename Binding<Op>::Problem problem;  // (the plan keeps its own copy)
     check(Binding<Op>::Problem::make(t, o, &problem));
     check(Op::plan(problem, o, &plan_));
   }
 
   typename Binding<Op>::Stats run(nb::handle tensors, int64_t step, double lr) const {
-    const std::string fn = std::string("fusekit.") + Binding<Op>::kName;
-    const auto t = tensors_of<Op>(tensors, fn.c_str());
+    return run_tensors(tensors_of<Op>(tensors, function_name<Op>()), step, lr);
+  }
+  typename Binding<Op>::Stats run_tensors(const typename Binding<Op>::Tensors &t, int64_t step,
+                                          double lr) const {
     size_t bytes = 0;
     if constexpr (requires { plan_.workspace_size(); }) bytes = plan_.workspace_size();
     void *ws = workspace(bytes);  // before the GIL goes: growing it may raise
@@ -565,16 +584,17 @@ class PyPlan {
   const char *implementation() const { return plan_.implementation(); }
 
  private:
-  std::string name_;
   Op plan_;
 };
 
 // One call: plan, run once.
 template <class Op>
 typename Binding<Op>::Stats run_once(nb::handle tensors, const nb::dict &attrs, int num_threads,
-                                     const std::optional<std::string> &implementation,
-                                     int64_t step, double lr) {
-  return PyPlan<Op>(tensors, attrs, num_threads, implementation).run(tensors, step, lr);
+                                     const std::optional<std::string> &implementation, int64_t step,
+                                     double lr) {
+  const auto t = tensors_of<Op>(tensors, function_name<Op>());  // once for plan and run
+  return PyPlan<Op>(t, attrs, num_threads, implementation_name(implementation))
+      .run_tensors(t, step, lr);
 }
 
 template <class Op>

@@ -279,8 +279,7 @@ Status AddLora::run(const AddLoraTensors &tensors, void *workspace, size_t works
 }
 
 Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats) const {
-  return run_bound<AddLoraOp>(state_, {}, workspace, workspace_size, stats,
-                              "run(workspace, ...)");
+  return run_bound<AddLoraOp>(state_, {}, workspace, workspace_size, stats, "run(workspace, ...)");
 }
 
 const char *AddLora::optimized_target() {

@@ -197,8 +197,8 @@ Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, cons
                              const TensorView &absmax_v, const ApplyAdamWQuantOptions &options,
                              ApplyAdamWQuant *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_bound_plan<ApplyAdamWQuantOp>(
-      {var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v}, options, &out->state_);
+  return make_bound_plan<ApplyAdamWQuantOp>({var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v},
+                                            options, &out->state_);
 }
 
 Status ApplyAdamWQuant::run(const ApplyAdamWQuantTensors &tensors,
@@ -226,8 +226,8 @@ Status apply_adam_w_quant_step(const TensorView &var, const TensorView &grad, co
   ApplyAdamWQuantScalars s;
   s.step = step;
   s.lr = lr;
-  return run_once<ApplyAdamWQuantOp>({var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v},
-                                     options, s, stats);
+  return run_once<ApplyAdamWQuantOp>({var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v}, options,
+                                     s, stats);
 }
 
 }  // namespace fusekit

@@ -119,9 +119,8 @@ inline Status check_attr(const char *op, const char *name, double value, bool ok
 
 // Validates the attributes (the aclnn names in the messages) and converts them to float32.
 // (lr is a per-run scalar: host_adam_scalars below.)
-inline Status check_adam_attributes(const char *op, double beta1, double beta2,
-                                    double weight_decay, double eps, double gnorm_scale,
-                                    AdamAttributes *out) {
+inline Status check_adam_attributes(const char *op, double beta1, double beta2, double weight_decay,
+                                    double eps, double gnorm_scale, AdamAttributes *out) {
   using adam_detail::check_attr;
   FUSEKIT_RETURN_IF_ERROR(check_attr(op, "beta1", beta1,
                                      beta1 >= 0.0 && static_cast<float>(beta1) < 1.0f,

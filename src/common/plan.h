@@ -98,8 +98,8 @@ Status choose_implementation(std::span<const Implementation<Op> *const> list,
     return Status::Ok();
   }
   if (by_name && reasons.empty()) {
-    return Status::Invalid(str_cat(Op::kName, ": no implementation is named \"", name,
-                                   "\" (built: ", compiled, ")"));
+    return Status::Invalid(
+        str_cat(Op::kName, ": no implementation is named \"", name, "\" (built: ", compiled, ")"));
   }
   return Status::NoImplementation(str_cat(
       Op::kName,
@@ -166,13 +166,13 @@ Status run_plan(const PlanStateOf<Op> &s, const typename Op::Tensors &tensors,
   FUSEKIT_RETURN_IF_ERROR(s.problem.check(tensors));
   StageTimer timer;
   RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(make_run_context(Op::kName, workspace, workspace_size,
-                                           s.workspace_bytes, s.threads, stream, &timer, &ctx));
+  FUSEKIT_RETURN_IF_ERROR(make_run_context(Op::kName, workspace, workspace_size, s.workspace_bytes,
+                                           s.threads, stream, &timer, &ctx));
   FUSEKIT_RETURN_IF_ERROR(s.impl->run(s.problem, tensors, scalars, ctx, &st));
   if (timer.on()) {
     verbose_print(str_cat(Op::kName, ",", Op::problem_fields(s.problem, tensors),
-                          ",impl=", s.impl->name, ",isa=", s.impl->target(),
-                          ",threads=", s.threads, ",", Op::result_fields(st), ",", timer.fields()));
+                          ",impl=", s.impl->name, ",isa=", s.impl->target(), ",threads=", s.threads,
+                          ",", Op::result_fields(st), ",", timer.fields()));
   }
   return Status::Ok();
 }

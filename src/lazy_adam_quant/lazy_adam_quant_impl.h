@@ -50,8 +50,7 @@ size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int th
                                            bool with_lut);
 Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyAdamQuantProblem &p,
                                const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
-                               const RunContext &ctx,
-                               LazyAdamQuantStats *stats);
+                               const RunContext &ctx, LazyAdamQuantStats *stats);
 
 }  // namespace fusekit
 

@@ -94,7 +94,7 @@ constexpr LazyAdamQuantImpl kCpuReference{kReferenceName, cpu_why_not, scalar_ta
                                           reference_workspace_bytes, reference_run};
 
 constexpr const LazyAdamQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuHwyTable,
-                                                &kCpuHwyBinarySearch, &kCpuReference};
+                                               &kCpuHwyBinarySearch, &kCpuReference};
 
 }  // namespace
 

@@ -178,7 +178,8 @@ TEST(AdamW, MatchesOracleOnEveryDtypeImplementationAndThreadCount) {
         o.num_threads = threads;
         AdamWStats stats;
         const AdamWTensors tt = got.tensors();
-        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
+        ASSERT_TRUE(
+            fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
         EXPECT_EQ(stats.elements_skipped_nonfinite, 2);
         expect_same(got, want);
       }
@@ -256,7 +257,8 @@ TEST(AdamW, ProducedNonFiniteValuesLeaveTheElementUnchanged) {
       o.implementation = impl;
       AdamWStats stats;
       const AdamWTensors tt = got.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
+      ASSERT_TRUE(
+          fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
       EXPECT_EQ(stats.elements_skipped_nonfinite, skipped);
       expect_same(got, want);
       size_t bad = 0;
@@ -309,7 +311,8 @@ TEST(AdamW, AVarThatWouldBeStoredAsInfinityIsLeftUnchanged) {
       o.implementation = impl;
       AdamWStats stats;
       const AdamWTensors tt = got.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
+      ASSERT_TRUE(
+          fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
       EXPECT_EQ(stats.elements_skipped_nonfinite, 2);
       expect_same(got, want);
       EXPECT_EQ(got.var.bits(21), start.var.bits(21));
@@ -341,7 +344,8 @@ TEST(AdamW, AGradientThatOverflowsWhenScaledLeavesTheElementUnchanged) {
       o.implementation = impl.c_str();
       AdamWStats stats;
       const AdamWTensors tt = got.tensors();
-      ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
+      ASSERT_TRUE(
+          fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
       EXPECT_EQ(stats.elements_skipped_nonfinite, 1);
       expect_same(got, want);
       EXPECT_EQ(got.var.bits(17), start.var.bits(17));
@@ -415,25 +419,28 @@ TEST(AdamW, StoredFiniteLimitsMatchTheRounding) {
 
 TEST(AdamW, Refusals) {
   std::vector<float> var(100), grad(100), m(100), v(50);
-  Status st =
-      fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
-                           TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0, 1e-3f);
+  Status st = fusekit::adam_w_step(
+      TensorView::of(var.data(), {100}), TensorView::of(grad.data(), {100}),
+      TensorView::of(m.data(), {100}), TensorView::of(v.data(), {50}), 0, 1e-3f);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("AdamW: v has 50 elements"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::of(var.data(), {100}), TensorView::of(var.data(), {100}),
-                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0, 1e-3f);
+                            TensorView::of(m.data(), {100}), TensorView::of(grad.data(), {100}), 0,
+                            1e-3f);
   EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::strided(var.data(), DType::kFloat32, {50}, {2}),
                             TensorView::of(grad.data(), {50}), TensorView::of(m.data(), {50}),
                             TensorView::of(v.data(), {50}), 0, 1e-3f);
   EXPECT_NE(st.message().find("var must be contiguous"), std::string::npos) << st.message();
   st = fusekit::adam_w_step(TensorView::of(var.data(), {50}), TensorView::of(grad.data(), {50}),
-                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), -3, 1e-3f);
+                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), -3,
+                            1e-3f);
   EXPECT_NE(st.message().find("AdamW: step = -3"), std::string::npos) << st.message();
   AdamWOptions o;
   o.beta2 = 1.5;
   st = fusekit::adam_w_step(TensorView::of(var.data(), {50}), TensorView::of(grad.data(), {50}),
-                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), 0, 1e-3f, o);
+                            TensorView::of(m.data(), {50}), TensorView::of(v.data(), {50}), 0,
+                            1e-3f, o);
   EXPECT_NE(st.message().find("beta2 = 1.5"), std::string::npos) << st.message();
 }
 

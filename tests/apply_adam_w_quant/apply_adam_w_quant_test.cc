@@ -785,8 +785,7 @@ TEST(Step, NonFiniteStateOnEveryImplementationAndSimdTarget) {
       // against the oracle and against the reference's result.
       State ref = start;
       ApplyAdamWQuantStats stats;
-      ASSERT_TRUE(
-          run_api(ref, h, options_of(h, Way{"cpu_reference"}), &stats).ok());
+      ASSERT_TRUE(run_api(ref, h, options_of(h, Way{"cpu_reference"}), &stats).ok());
       EXPECT_EQ(stats.blocks_skipped_nonfinite, skipped);
       expect_same(ref, want);
       for (const Way &w : ways()) {
@@ -840,7 +839,8 @@ TEST(Step, NonFiniteStateThroughAStridedView) {
                     TensorView::strided(v.data(), DType::kUInt8, {rows, cols}, {stride, 1}),
                     TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
                     TensorView::of(got.absmax_m.data(), {B}),
-                    TensorView::of(got.absmax_v.data(), {B}), h.step, lr_of(h), options_of(h, w), &stats)
+                    TensorView::of(got.absmax_v.data(), {B}), h.step, lr_of(h), options_of(h, w),
+                    &stats)
                     .ok());
     EXPECT_EQ(stats.blocks_skipped_nonfinite, 8);
     for (int64_t r = 0; r < rows; ++r) {
@@ -1693,8 +1693,8 @@ TEST(ApplyAdamWQuantPlan, VerboseNamesTheImplementation) {
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("fusekit_verbose,ApplyAdamWQuant,n=600,"), std::string::npos) << err;
     const std::string isa = w.impl.starts_with("cpu_hwy") ? fusekit::adam_w_quant_hwy_target()
-                            : w.impl == "cpu_reference"  ? "scalar"
-                                                         : "AVX512VBMI";
+                            : w.impl == "cpu_reference"   ? "scalar"
+                                                          : "AVX512VBMI";
     EXPECT_NE(err.find("impl=" + w.impl + ",isa=" + isa + ","), std::string::npos) << err;
     EXPECT_NE(err.find("check="), std::string::npos) << err;
     // The lookup tables (cpu_hwy_table; cpu_hwy on this size does without) are rebuilt by every
