@@ -160,7 +160,6 @@ void run_one(const uint8_t *data, size_t size) {
       w.view(kVar, copies), w.view(kGrad, copies), w.view(kM, copies),  w.view(kV, copies),
       w.view(kQm, copies),  w.view(kQv, copies),   w.view(kAm, copies), w.view(kAv, copies)};
   fusekit::ApplyAdamWQuantOptions o;
-  o.lr = c.lr;
   o.beta1 = c.beta1;
   o.beta2 = c.beta2;
   o.weight_decay = c.weight_decay;
@@ -177,6 +176,7 @@ void run_one(const uint8_t *data, size_t size) {
   std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
   fusekit::ApplyAdamWQuantScalars scalars;
   scalars.step_tensor = w.view(kStep, copies);
+  scalars.lr = static_cast<float>(c.lr);
   if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
   FZ_CHECK(s.ok(), "aclnnApplyAdamWQuant succeeded but the C++ reference refused: %s",
            s.message().c_str());
