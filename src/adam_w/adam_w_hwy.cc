@@ -73,10 +73,6 @@ int64_t AdamWElements(const AdamWArgs &a, int64_t begin, int64_t end) {
   }
 }
 
-const char *TargetName() {
-  return hwy::TargetName(HWY_TARGET);
-}
-
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -84,13 +80,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(AdamWElements);
-HWY_EXPORT(TargetName);
 
 AdamWElementsFn adam_w_elements_hwy() {
   return FUSEKIT_HWY_DISPATCH(AdamWElements);
-}
-const char *adam_w_hwy_target() {
-  return FUSEKIT_HWY_DISPATCH(TargetName)();
 }
 
 }  // namespace fusekit

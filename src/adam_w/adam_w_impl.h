@@ -20,6 +20,12 @@ struct AdamWOp {
   using Options = AdamWOptions;
   using Stats = AdamWStats;
   static std::span<const Implementation<AdamWOp> *const> implementations();
+  // The tensors by role, in the order of Tensors, named as the aclnn call names them.
+  static constexpr TensorRole kRoles[] = {{"var", true}, {"grad"}, {"m", true}, {"v", true}};
+  template <class T>  // Tensors or const Tensors
+  static auto views(T &t) {
+    return std::array{&t.var, &t.grad, &t.m, &t.v};
+  }
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

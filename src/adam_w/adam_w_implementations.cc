@@ -10,11 +10,6 @@
 namespace fusekit {
 namespace {
 
-const char *cpu_why_not(const AdamWProblem &p) {
-  const AdamWTensors &t = p.desc;
-  return cpu_only({&t.var, &t.grad, &t.m, &t.v});
-}
-
 Status cpu_run(AdamWElementsFn kernel, const AdamWProblem &p, const AdamWTensors &t,
                const AdamWScalars &s, const RunContext &ctx, AdamWStats *st) {
   int64_t step = 0;
@@ -49,9 +44,9 @@ Status run_reference(const AdamWProblem &p, const AdamWTensors &t, const AdamWSc
   return cpu_run(&adam_w_elements_reference, p, t, s, ctx, st);
 }
 // Highway SIMD, dispatched to the best instruction set of this CPU (adam_w_hwy.cc).
-constexpr AdamWImpl kCpuHwy{"cpu_hwy", cpu_why_not, adam_w_hwy_target, nullptr, run_hwy};
+constexpr AdamWImpl kCpuHwy{"cpu_hwy", cpu_only<AdamWOp>, hwy_dispatched_target, nullptr, run_hwy};
 // The plain scalar kernel (adam_w_reference.cc): the fallback and the test oracle's twin.
-constexpr AdamWImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target, nullptr,
+constexpr AdamWImpl kCpuReference{kReferenceName, cpu_only<AdamWOp>, scalar_target, nullptr,
                                   run_reference};
 
 constexpr const AdamWImpl *kImpls[] = {&kCpuHwy, &kCpuReference};

@@ -29,7 +29,6 @@ int64_t adam_w_elements_reference(const AdamWArgs &args, int64_t begin, int64_t 
 // The Highway kernel (adam_w_hwy.cc), dispatched to the best target Highway built that this CPU
 // runs; looked up on each call so that tests can switch targets.
 AdamWElementsFn adam_w_elements_hwy();
-const char *adam_w_hwy_target();
 
 }  // namespace fusekit
 

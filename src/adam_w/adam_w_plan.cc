@@ -15,8 +15,6 @@ namespace fusekit {
 namespace {
 
 constexpr const char *kOp = "AdamW";
-// The tensors by role, in the order of AdamWTensors: var, m and v written in place.
-constexpr TensorRole kRoles[4] = {{"var", true}, {"grad"}, {"m", true}, {"v", true}};
 
 bool is_float_type(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
@@ -26,11 +24,6 @@ std::string strides_string(const TensorView &t) {
   std::string s = "[";
   for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.strides[i]);
   return s + "]";
-}
-
-TensorView without_data(TensorView t) {
-  t.data = nullptr;
-  return t;
 }
 
 }  // namespace
@@ -54,16 +47,16 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
   FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, var, "var", &n));
   const TensorView *all[4] = {&var, &grad, &m, &v};
   for (int i = 0; i < 4; ++i) {
-    FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, *all[i], kRoles[i].name, &other));
+    FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, *all[i], AdamWOp::kRoles[i].name, &other));
     if (other != n) {
-      return Status::Invalid(str_cat(kOp, ": ", kRoles[i].name, " has ", other, " elements ",
-                                     all[i]->shape_string(), " but var has ", n,
+      return Status::Invalid(str_cat(kOp, ": ", AdamWOp::kRoles[i].name, " has ", other,
+                                     " elements ", all[i]->shape_string(), " but var has ", n,
                                      "; they must match"));
     }
     if (!all[i]->is_contiguous()) {
-      return Status::Invalid(str_cat(kOp, ": ", kRoles[i].name, " must be contiguous, got shape ",
-                                     all[i]->shape_string(), " with strides ",
-                                     strides_string(*all[i])));
+      return Status::Invalid(str_cat(kOp, ": ", AdamWOp::kRoles[i].name,
+                                     " must be contiguous, got shape ", all[i]->shape_string(),
+                                     " with strides ", strides_string(*all[i])));
     }
   }
   AdamAttributes attr;
@@ -71,7 +64,7 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
                                                 options.weight_decay, options.eps,
                                                 options.gnorm_scale, &attr));
   AdamWProblem p;
-  p.desc = {without_data(var), without_data(grad), without_data(m), without_data(v)};
+  p.desc = without_data<AdamWOp>(t);
   p.n = n;
   p.beta1 = attr.beta1;
   p.beta2 = attr.beta2;
@@ -83,9 +76,7 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
 }
 
 Status AdamWProblem::check(const AdamWTensors &t) const {
-  const TensorView *planned[4] = {&desc.var, &desc.grad, &desc.m, &desc.v};
-  const TensorView *bound[4] = {&t.var, &t.grad, &t.m, &t.v};
-  return check_bound_tensors(kOp, kRoles, planned, bound);
+  return check_bound<AdamWOp>(desc, t);
 }
 
 std::span<const AdamWImpl *const> AdamWOp::implementations() {

@@ -528,9 +528,6 @@ AddLoraRunInfo AddLoraRun(const AddLoraArgs &a, const AddLoraScratch &s, int thr
                           int64_t prefill_min_rows) {
   return lora::Run(a, s, threads, prefill_min_rows);
 }
-const char *AddLoraTargetName() {
-  return hwy::TargetName(HWY_TARGET);
-}
 
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -538,14 +535,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(AddLoraRun);
-HWY_EXPORT(AddLoraTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 AddLoraOptimizedFn add_lora_optimized() {
   return FUSEKIT_HWY_DISPATCH(AddLoraRun);
-}
-const char *add_lora_optimized_target() {
-  return FUSEKIT_HWY_DISPATCH(AddLoraTargetName)();
 }
 
 }  // namespace fusekit

@@ -2,6 +2,7 @@
 #ifndef FUSEKIT_ADD_LORA_ADD_LORA_IMPL_H_
 #define FUSEKIT_ADD_LORA_ADD_LORA_IMPL_H_
 
+#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -22,6 +23,13 @@ struct AddLoraOp {
   using Options = AddLoraOptions;
   using Stats = AddLoraStats;
   static std::span<const Implementation<AddLoraOp> *const> implementations();
+  // The tensors by role, in the order of Tensors, named as the aclnn call names them.
+  static constexpr TensorRole kRoles[] = {
+      {"y"}, {"x"}, {"weightB"}, {"indices"}, {"weightAOptional"}, {"out", true}};
+  template <class T>  // Tensors or const Tensors
+  static auto views(T &t) {
+    return std::array{&t.y, &t.x, &t.weight_b, &t.indices, &t.weight_a, &t.out};
+  }
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

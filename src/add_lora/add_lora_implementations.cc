@@ -5,12 +5,6 @@
 namespace fusekit {
 namespace {
 
-const char *cpu_why_not(const AddLoraProblem &p) {
-  const AddLoraTensors &t = p.desc;
-  if (p.has_a) return cpu_only({&t.y, &t.x, &t.weight_b, &t.indices, &t.weight_a, &t.out});
-  return cpu_only({&t.y, &t.x, &t.weight_b, &t.indices, &t.out});
-}
-
 size_t hwy_workspace_bytes(const AddLoraProblem &p, int threads) {
   return add_lora_cpu_workspace_bytes(AddLoraCpuKernel::kHwy, p, threads);
 }
@@ -27,11 +21,11 @@ Status run_reference(const AddLoraProblem &p, const AddLoraTensors &t, const NoS
 }
 // Highway SIMD (prefill GEMM tiles, decode streams), dispatched to the best instruction set of
 // this CPU (add_lora_hwy.cc), threads from common/parallel.h.
-constexpr AddLoraImpl kCpuHwy{"cpu_hwy", cpu_why_not, add_lora_optimized_target,
+constexpr AddLoraImpl kCpuHwy{"cpu_hwy", cpu_only<AddLoraOp>, hwy_dispatched_target,
                               hwy_workspace_bytes, run_hwy};
 // The plain scalar kernel, one thread (add_lora_reference.cc): the fallback and the test
 // oracle's twin.
-constexpr AddLoraImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
+constexpr AddLoraImpl kCpuReference{kReferenceName, cpu_only<AddLoraOp>, scalar_target,
                                     reference_workspace_bytes, run_reference};
 
 constexpr const AddLoraImpl *kImpls[] = {&kCpuHwy, &kCpuReference};

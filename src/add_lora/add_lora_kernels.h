@@ -68,7 +68,6 @@ using AddLoraOptimizedFn = AddLoraRunInfo (*)(const AddLoraArgs &args,
                                               const AddLoraScratch &scratch, int threads,
                                               int64_t prefill_min_rows);
 AddLoraOptimizedFn add_lora_optimized();
-const char *add_lora_optimized_target();
 
 }  // namespace fusekit
 

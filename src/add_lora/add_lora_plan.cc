@@ -67,11 +67,6 @@ bool float_dtype(DType d) {
   return d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat32;
 }
 
-TensorView without_data(TensorView t) {
-  t.data = nullptr;
-  return t;
-}
-
 }  // namespace
 
 Status AddLoraProblem::make(const AddLoraTensors &t, const AddLoraOptions &options,
@@ -179,12 +174,8 @@ Status AddLoraProblem::make(const AddLoraTensors &t, const AddLoraOptions &optio
                                    " is smaller than its ", h3, " columns, so its rows overlap"));
   }
   AddLoraProblem p;
-  p.desc = {without_data(y),
-            without_data(x),
-            without_data(weight_b),
-            without_data(indices),
-            has_a ? without_data(weight_a) : TensorView(),
-            without_data(out)};
+  p.desc = without_data<AddLoraOp>(t);
+  if (!has_a) p.desc.weight_a = TensorView();
   p.b = b;
   p.h1 = h1;
   p.h2 = h2;
@@ -283,7 +274,7 @@ Status AddLora::run(void *workspace, size_t workspace_size, AddLoraStats *stats)
 }
 
 const char *AddLora::optimized_target() {
-  return add_lora_optimized_target();
+  return hwy_dispatched_target();
 }
 
 Status add_lora(const TensorView &y, const TensorView &x, const TensorView &weight_b,

@@ -27,10 +27,6 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   }
 }
 
-const char *TargetName() {
-  return hwy::TargetName(HWY_TARGET);
-}
-
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -38,14 +34,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(AdamWQuantBlocks);
-HWY_EXPORT(TargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy() {
   return FUSEKIT_HWY_DISPATCH(AdamWQuantBlocks);
-}
-const char *adam_w_quant_hwy_target() {
-  return FUSEKIT_HWY_DISPATCH(TargetName)();
 }
 
 }  // namespace fusekit

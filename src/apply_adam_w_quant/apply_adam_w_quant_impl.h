@@ -2,6 +2,7 @@
 #ifndef FUSEKIT_APPLY_ADAM_W_QUANT_APPLY_ADAM_W_QUANT_IMPL_H_
 #define FUSEKIT_APPLY_ADAM_W_QUANT_APPLY_ADAM_W_QUANT_IMPL_H_
 
+#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -22,6 +23,15 @@ struct ApplyAdamWQuantOp {
   using Options = ApplyAdamWQuantOptions;
   using Stats = ApplyAdamWQuantStats;
   static std::span<const Implementation<ApplyAdamWQuantOp> *const> implementations();
+  // The tensors by role, in the order of Tensors, named as the aclnn call names them.
+  static constexpr TensorRole kRoles[] = {{"varRef", true},       {"grad"},
+                                          {"mRef", true},         {"vRef", true},
+                                          {"qmapM", false, true}, {"qmapV", false, true},
+                                          {"absmaxMRef", true},   {"absmaxVRef", true}};
+  template <class T>  // Tensors or const Tensors
+  static auto views(T &t) {
+    return std::array{&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v};
+  }
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

@@ -5,14 +5,9 @@
 namespace fusekit {
 namespace {
 
-const char *cpu_why_not(const ApplyAdamWQuantProblem &p) {
-  const ApplyAdamWQuantTensors &t = p.desc;
-  return cpu_only({&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v});
-}
-
 // ---- cpu_avx512vbmi: the AVX-512 VBMI kernel, maps and searches in registers ----
 const char *vbmi_why_not(const ApplyAdamWQuantProblem &p) {
-  if (const char *why = cpu_why_not(p); why != nullptr) return why;
+  if (const char *why = cpu_only<ApplyAdamWQuantOp>(p); why != nullptr) return why;
   return adam_w_quant_avx512vbmi_why_not();
 }
 const char *vbmi_target() {
@@ -30,9 +25,6 @@ Status vbmi_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTensors &t
 
 // ---- cpu_hwy: the generic Highway kernel, dispatched to the best target of this CPU; the lookup
 // tables on a large tensor (S = kAuto), or always or never (the variants planned by name) ----
-const char *hwy_target() {
-  return adam_w_quant_hwy_target();
-}
 template <QuantSearch S>
 size_t hwy_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/) {
   return adam_w_quant_cpu_workspace_bytes(p, adam_w_quant_wants_table(S, p));
@@ -57,23 +49,24 @@ Status reference_run(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantTenso
 
 constexpr ApplyAdamWQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,
                                              vbmi_workspace_bytes, vbmi_run};
-constexpr ApplyAdamWQuantImpl kCpuHwy{"cpu_hwy", cpu_why_not, hwy_target,
+constexpr ApplyAdamWQuantImpl kCpuHwy{"cpu_hwy", cpu_only<ApplyAdamWQuantOp>, hwy_dispatched_target,
                                       hwy_workspace_bytes<QuantSearch::kAuto>,
                                       hwy_run<QuantSearch::kAuto>};
 constexpr ApplyAdamWQuantImpl kCpuHwyTable{"cpu_hwy_table",
-                                           cpu_why_not,
-                                           hwy_target,
+                                           cpu_only<ApplyAdamWQuantOp>,
+                                           hwy_dispatched_target,
                                            hwy_workspace_bytes<QuantSearch::kTable>,
                                            hwy_run<QuantSearch::kTable>,
                                            /*by_name_only=*/true};
 constexpr ApplyAdamWQuantImpl kCpuHwyBinarySearch{"cpu_hwy_binary_search",
-                                                  cpu_why_not,
-                                                  hwy_target,
+                                                  cpu_only<ApplyAdamWQuantOp>,
+                                                  hwy_dispatched_target,
                                                   hwy_workspace_bytes<QuantSearch::kBinarySearch>,
                                                   hwy_run<QuantSearch::kBinarySearch>,
                                                   /*by_name_only=*/true};
-constexpr ApplyAdamWQuantImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
-                                            reference_workspace_bytes, reference_run};
+constexpr ApplyAdamWQuantImpl kCpuReference{kReferenceName, cpu_only<ApplyAdamWQuantOp>,
+                                            scalar_target, reference_workspace_bytes,
+                                            reference_run};
 
 constexpr const ApplyAdamWQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuHwyTable,
                                                  &kCpuHwyBinarySearch, &kCpuReference};

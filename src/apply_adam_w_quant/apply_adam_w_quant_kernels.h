@@ -47,7 +47,6 @@ int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin,
 // built that this CPU runs; it reads the lookup tables when they are built (else it searches by 8
 // branch-free steps).
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy();
-const char *adam_w_quant_hwy_target();
 
 // The AVX-512 VBMI kernel (apply_adam_w_quant_avx512vbmi.cc): the maps and the search tables in
 // registers, no gathers; reads no lookup table. Null when the library was built without an AVX-512

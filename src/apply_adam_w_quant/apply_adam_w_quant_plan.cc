@@ -57,23 +57,9 @@ Status check_map_view(const TensorView &q, const char *name) {
   return Status::Ok();
 }
 
-TensorView without_data(TensorView t) {
-  t.data = nullptr;
-  return t;
-}
-
 // The tensors by role, named as the aclnn call names them, in the order of ApplyAdamWQuantTensors:
 // var, m, v and both absmax written in place; the maps read even when n = 0 (phase two checks
 // them).
-constexpr TensorRole kRoles[8] = {{"varRef", true},       {"grad"},
-                                  {"mRef", true},         {"vRef", true},
-                                  {"qmapM", false, true}, {"qmapV", false, true},
-                                  {"absmaxMRef", true},   {"absmaxVRef", true}};
-
-std::array<const TensorView *, 8> all_of(const ApplyAdamWQuantTensors &t) {
-  return {&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v};
-}
-
 }  // namespace
 
 Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
@@ -149,9 +135,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
     }
   }
   ApplyAdamWQuantProblem p;
-  p.desc = {without_data(var),        without_data(grad),      without_data(m),
-            without_data(v),          without_data(t.qmap_m),  without_data(t.qmap_v),
-            without_data(t.absmax_m), without_data(t.absmax_v)};
+  p.desc = without_data<ApplyAdamWQuantOp>(t);
   p.n = n;
   p.blocks = blocks;
   p.contiguous =
@@ -166,7 +150,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
 }
 
 Status ApplyAdamWQuantProblem::check(const ApplyAdamWQuantTensors &t) const {
-  return check_bound_tensors(kOp, kRoles, all_of(desc), all_of(t));
+  return check_bound<ApplyAdamWQuantOp>(desc, t);
 }
 
 std::span<const ApplyAdamWQuantImpl *const> ApplyAdamWQuantOp::implementations() {

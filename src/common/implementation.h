@@ -81,14 +81,6 @@ Status with_own_workspace(const char *op, size_t bytes, Fn &&fn) {
   return fn(static_cast<void *>(workspace.get()));
 }
 
-// For why_not(): null when every tensor of the list is on the CPU.
-inline const char *cpu_only(std::initializer_list<const TensorView *> tensors) {
-  for (const TensorView *t : tensors) {
-    if (t->device != Device::kCpu) return "a tensor is not on the cpu";
-  }
-  return nullptr;
-}
-
 // A per-step scalar given as a tensor (the aclnn face's lr and step): one element of `dtype` on
 // the cpu, read now, at any alignment. Leaves *value alone when `tensor` is empty.
 template <typename T>

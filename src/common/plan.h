@@ -70,6 +70,32 @@ struct NoScalars {};
 inline const char *scalar_target() {
   return "scalar";
 }
+// The `target` of a Highway implementation: the target its dispatch tables use now ("AVX3",
+// "AVX2", ...; one for every operator, common/hwy_target.cc).
+const char *hwy_dispatched_target();
+
+// The descriptions of a problem: the tensors without their data pointers.
+template <class Op>
+typename Op::Tensors without_data(typename Op::Tensors t) {
+  for (TensorView *v : Op::views(t)) v->data = nullptr;
+  return t;
+}
+
+// Problem::check's generic part: the tensors bound to a run against the planned descriptions, role
+// by role (check_bound_tensors).
+template <class Op>
+Status check_bound(const typename Op::Tensors &planned, const typename Op::Tensors &bound) {
+  return check_bound_tensors(Op::kName, Op::kRoles, Op::views(planned), Op::views(bound));
+}
+
+// For why_not(): null when every tensor of the problem is on the CPU.
+template <class Op>
+const char *cpu_only(const typename Op::Problem &p) {
+  for (const TensorView *t : Op::views(p.desc)) {
+    if (t->device != Device::kCpu) return "a tensor is not on the cpu";
+  }
+  return nullptr;
+}
 
 template <class Op>
 using PlanStateOf = PlanState<Op, typename Op::Problem, typename Op::Tensors>;

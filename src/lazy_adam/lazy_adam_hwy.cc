@@ -119,24 +119,16 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
   return skipped;
 }
 
-const char *LazyAdamTargetName() {
-  return hwy::TargetName(HWY_TARGET);
-}
-
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(LazyAdamRows);
-HWY_EXPORT(LazyAdamTargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 LazyAdamRowsFn lazy_adam_rows_optimized() {
   return FUSEKIT_HWY_DISPATCH(LazyAdamRows);
-}
-const char *lazy_adam_optimized_target() {
-  return FUSEKIT_HWY_DISPATCH(LazyAdamTargetName)();
 }
 
 }  // namespace fusekit

@@ -2,6 +2,7 @@
 #ifndef FUSEKIT_LAZY_ADAM_LAZY_ADAM_IMPL_H_
 #define FUSEKIT_LAZY_ADAM_LAZY_ADAM_IMPL_H_
 
+#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -21,6 +22,13 @@ struct LazyAdamOp {
   using Options = LazyAdamOptions;
   using Stats = LazyAdamStats;
   static std::span<const Implementation<LazyAdamOp> *const> implementations();
+  // The tensors by role, in the order of Tensors, named as the aclnn call names them.
+  static constexpr TensorRole kRoles[] = {
+      {"gradient"}, {"indices"}, {"inputM", true}, {"inputV", true}, {"inputVar", true}};
+  template <class T>  // Tensors or const Tensors
+  static auto views(T &t) {
+    return std::array{&t.gradient, &t.indices, &t.m, &t.v, &t.var};
+  }
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

@@ -9,11 +9,6 @@
 namespace fusekit {
 namespace {
 
-const char *cpu_why_not(const LazyAdamProblem &p) {
-  const LazyAdamTensors &t = p.desc;
-  return cpu_only({&t.gradient, &t.indices, &t.m, &t.v, &t.var});
-}
-
 // Rows in flight: enough entries ahead to cover memory latency, few enough that the prefetched
 // lines (four rows per entry) stay within what the core can track. FBGEMM's sparse optimizers
 // prefetch 16 rows ahead.
@@ -37,10 +32,10 @@ Status run_reference(const LazyAdamProblem &p, const LazyAdamTensors &t, const L
 }
 
 // Highway SIMD rows, dispatched to the best instruction set of this CPU (lazy_adam_hwy.cc).
-constexpr LazyAdamImpl kCpuHwy{"cpu_hwy", cpu_why_not, lazy_adam_optimized_target,
+constexpr LazyAdamImpl kCpuHwy{"cpu_hwy", cpu_only<LazyAdamOp>, hwy_dispatched_target,
                                lazy_adam_cpu_workspace_bytes, run_hwy};
 // The plain scalar kernel (lazy_adam_reference.cc): the fallback and the test oracle's twin.
-constexpr LazyAdamImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
+constexpr LazyAdamImpl kCpuReference{kReferenceName, cpu_only<LazyAdamOp>, scalar_target,
                                      lazy_adam_cpu_workspace_bytes, run_reference};
 
 constexpr const LazyAdamImpl *kImpls[] = {&kCpuHwy, &kCpuReference};

@@ -38,8 +38,6 @@ int64_t lazy_adam_rows_reference(const LazyAdamRowsArgs &args, int64_t begin, in
 
 // The Highway kernel for the best instruction set of this CPU (chosen once, at first call).
 LazyAdamRowsFn lazy_adam_rows_optimized();
-// The name of the instruction set lazy_adam_rows_optimized() runs ("AVX2", "AVX3", ...).
-const char *lazy_adam_optimized_target();
 
 // Tests only: plans made after this use the duplicate bitmap up to `bytes` (default 64 MiB, or 8
 // bytes per index if more); a negative value disables it, so every batch is grouped by sorting.

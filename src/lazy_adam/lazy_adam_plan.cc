@@ -44,16 +44,6 @@ Status check_float_table(const TensorView &t, const char *name) {
   return Status::Ok();
 }
 
-// The tensors by role, named as the aclnn call names them, in the order of LazyAdamTensors: the
-// tables written in place.
-constexpr TensorRole kRoles[5] = {
-    {"gradient"}, {"indices"}, {"inputM", true}, {"inputV", true}, {"inputVar", true}};
-
-TensorView without_data(TensorView t) {
-  t.data = nullptr;
-  return t;
-}
-
 }  // namespace
 
 Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &options,
@@ -119,8 +109,7 @@ Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &op
         str_cat(kOp, ": epsilon = ", options.epsilon, " must be finite and > 0 in float32"));
   }
   LazyAdamProblem p;
-  p.desc = {without_data(gradient), without_data(indices), without_data(m), without_data(v),
-            without_data(var)};
+  p.desc = without_data<LazyAdamOp>(t);
   p.n = n;
   p.d = m.shape[1];
   p.rows = rows;
@@ -132,9 +121,7 @@ Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &op
 }
 
 Status LazyAdamProblem::check(const LazyAdamTensors &t) const {
-  const TensorView *planned[5] = {&desc.gradient, &desc.indices, &desc.m, &desc.v, &desc.var};
-  const TensorView *bound[5] = {&t.gradient, &t.indices, &t.m, &t.v, &t.var};
-  return check_bound_tensors(kOp, kRoles, planned, bound);
+  return check_bound<LazyAdamOp>(desc, t);
 }
 
 std::span<const LazyAdamImpl *const> LazyAdamOp::implementations() {

@@ -231,10 +231,6 @@ int64_t LazyAdamQuantRows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t
   }
 }
 
-const char *TargetName() {
-  return hwy::TargetName(HWY_TARGET);
-}
-
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -242,14 +238,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(LazyAdamQuantRows);
-HWY_EXPORT(TargetName);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 LazyAdamQuantRowsFn lazy_adam_quant_rows_hwy() {
   return FUSEKIT_HWY_DISPATCH(LazyAdamQuantRows);
-}
-const char *lazy_adam_quant_hwy_target() {
-  return FUSEKIT_HWY_DISPATCH(TargetName)();
 }
 
 }  // namespace fusekit

@@ -2,6 +2,7 @@
 #ifndef FUSEKIT_LAZY_ADAM_QUANT_LAZY_ADAM_QUANT_IMPL_H_
 #define FUSEKIT_LAZY_ADAM_QUANT_LAZY_ADAM_QUANT_IMPL_H_
 
+#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -22,6 +23,16 @@ struct LazyAdamQuantOp {
   using Options = LazyAdamQuantOptions;
   using Stats = LazyAdamQuantStats;
   static std::span<const Implementation<LazyAdamQuantOp> *const> implementations();
+  // The tensors by role, in the order of Tensors, named as the aclnn call names them.
+  static constexpr TensorRole kRoles[] = {
+      {"gradient"},           {"indices"},        {"inputM", true},
+      {"inputV", true},       {"inputVar", true}, {"qmapM", false, true},
+      {"qmapV", false, true}, {"absmaxM", true},  {"absmaxV", true}};
+  template <class T>  // Tensors or const Tensors
+  static auto views(T &t) {
+    return std::array{&t.gradient, &t.indices, &t.m,        &t.v,       &t.var,
+                      &t.qmap_m,   &t.qmap_v,  &t.absmax_m, &t.absmax_v};
+  }
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

@@ -8,12 +8,6 @@
 namespace fusekit {
 namespace {
 
-const char *cpu_why_not(const LazyAdamQuantProblem &p) {
-  const LazyAdamQuantTensors &t = p.desc;
-  return cpu_only({&t.gradient, &t.indices, &t.m, &t.v, &t.var, &t.qmap_m, &t.qmap_v, &t.absmax_m,
-                   &t.absmax_v});
-}
-
 // Entries in flight: enough ahead to cover memory latency, few enough that the prefetched lines
 // (six rows per entry: gradient, var, two code rows, two absmax rows) stay within what the core
 // can track; LazyAdam's rule on the bytes of the gradient and var rows.
@@ -30,7 +24,7 @@ int64_t prefetch_ahead(const LazyAdamQuantProblem &p) {
 
 // ---- cpu_avx512vbmi: maps and searches in registers, no gathers ----
 const char *vbmi_why_not(const LazyAdamQuantProblem &p) {
-  if (const char *why = cpu_why_not(p); why != nullptr) return why;
+  if (const char *why = cpu_only<LazyAdamQuantOp>(p); why != nullptr) return why;
   return lazy_adam_quant_avx512vbmi_why_not();
 }
 const char *vbmi_target() {
@@ -48,9 +42,6 @@ Status vbmi_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &t,
 
 // ---- cpu_hwy: the Highway kernel, dispatched to the best target of this CPU; the lookup tables
 // on a large step (S = kAuto), or always or never (the variants planned by name) ----
-const char *hwy_target() {
-  return lazy_adam_quant_hwy_target();
-}
 template <QuantSearch S>
 size_t hwy_workspace_bytes(const LazyAdamQuantProblem &p, int threads) {
   return lazy_adam_quant_cpu_workspace_bytes(p, threads, lazy_adam_quant_wants_table(S, p));
@@ -75,22 +66,22 @@ Status reference_run(const LazyAdamQuantProblem &p, const LazyAdamQuantTensors &
 
 constexpr LazyAdamQuantImpl kCpuAvx512Vbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,
                                            vbmi_workspace_bytes, vbmi_run};
-constexpr LazyAdamQuantImpl kCpuHwy{"cpu_hwy", cpu_why_not, hwy_target,
+constexpr LazyAdamQuantImpl kCpuHwy{"cpu_hwy", cpu_only<LazyAdamQuantOp>, hwy_dispatched_target,
                                     hwy_workspace_bytes<QuantSearch::kAuto>,
                                     hwy_run<QuantSearch::kAuto>};
 constexpr LazyAdamQuantImpl kCpuHwyTable{"cpu_hwy_table",
-                                         cpu_why_not,
-                                         hwy_target,
+                                         cpu_only<LazyAdamQuantOp>,
+                                         hwy_dispatched_target,
                                          hwy_workspace_bytes<QuantSearch::kTable>,
                                          hwy_run<QuantSearch::kTable>,
                                          /*by_name_only=*/true};
 constexpr LazyAdamQuantImpl kCpuHwyBinarySearch{"cpu_hwy_binary_search",
-                                                cpu_why_not,
-                                                hwy_target,
+                                                cpu_only<LazyAdamQuantOp>,
+                                                hwy_dispatched_target,
                                                 hwy_workspace_bytes<QuantSearch::kBinarySearch>,
                                                 hwy_run<QuantSearch::kBinarySearch>,
                                                 /*by_name_only=*/true};
-constexpr LazyAdamQuantImpl kCpuReference{kReferenceName, cpu_why_not, scalar_target,
+constexpr LazyAdamQuantImpl kCpuReference{kReferenceName, cpu_only<LazyAdamQuantOp>, scalar_target,
                                           reference_workspace_bytes, reference_run};
 
 constexpr const LazyAdamQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuHwyTable,

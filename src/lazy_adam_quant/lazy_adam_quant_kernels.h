@@ -81,7 +81,6 @@ int64_t lazy_adam_quant_rows_reference(const LazyAdamQuantRowsArgs &args, int64_
 // The Highway kernel for the best instruction set of this CPU (chosen at each call, so that tests
 // can switch targets); it reads the lookup tables when they are built (else 8 branch-free steps).
 LazyAdamQuantRowsFn lazy_adam_quant_rows_hwy();
-const char *lazy_adam_quant_hwy_target();
 
 // The AVX-512 VBMI kernel: maps and searches in registers. Null when the library was built without
 // an AVX-512 target; call it only where lazy_adam_quant_avx512vbmi_why_not() is null, with

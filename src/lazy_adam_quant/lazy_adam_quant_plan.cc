@@ -25,16 +25,6 @@ constexpr const char *kOp = "LazyAdamQuant";
 // The tensors by role, named as the aclnn call names them, in the order of LazyAdamQuantTensors:
 // m, v, var and both absmax written in place; the maps read even when there is nothing to update
 // (phase two checks them).
-constexpr TensorRole kRoles[9] = {
-    {"gradient"},           {"indices"},        {"inputM", true},
-    {"inputV", true},       {"inputVar", true}, {"qmapM", false, true},
-    {"qmapV", false, true}, {"absmaxM", true},  {"absmaxV", true}};
-
-std::array<const TensorView *, 9> all_of(const LazyAdamQuantTensors &t) {
-  return {&t.gradient, &t.indices, &t.m,        &t.v,       &t.var,
-          &t.qmap_m,   &t.qmap_v,  &t.absmax_m, &t.absmax_v};
-}
-
 bool is_float_type(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
 }
@@ -77,11 +67,6 @@ Status check_map_view(const TensorView &q, const char *name) {
                                    dtype_name(q.dtype), " ", q.shape_string()));
   }
   return Status::Ok();
-}
-
-TensorView without_data(TensorView t) {
-  t.data = nullptr;
-  return t;
 }
 
 }  // namespace
@@ -171,9 +156,7 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
         str_cat(kOp, ": epsilon = ", options.epsilon, " must be finite and > 0 in float32"));
   }
   LazyAdamQuantProblem p;
-  p.desc = {without_data(grad),     without_data(indices),    without_data(m),
-            without_data(v),        without_data(var),        without_data(t.qmap_m),
-            without_data(t.qmap_v), without_data(t.absmax_m), without_data(t.absmax_v)};
+  p.desc = without_data<LazyAdamQuantOp>(t);
   p.n = n;
   p.d = d;
   p.rows = rows;
@@ -186,7 +169,7 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
 }
 
 Status LazyAdamQuantProblem::check(const LazyAdamQuantTensors &t) const {
-  return check_bound_tensors(kOp, kRoles, all_of(desc), all_of(t));
+  return check_bound<LazyAdamQuantOp>(desc, t);
 }
 
 std::span<const LazyAdamQuantImpl *const> LazyAdamQuantOp::implementations() {

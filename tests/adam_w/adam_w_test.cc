@@ -201,7 +201,7 @@ TEST(AdamW, EverySimdTarget) {
       State want = start;
       oracle_step(want, h);
       fusekit::testing::for_each_simd_target([&](const char *target) {
-        EXPECT_STREQ(fusekit::adam_w_hwy_target(), target);
+        EXPECT_STREQ(fusekit::hwy_dispatched_target(), target);
         State got = start;
         AdamWOptions o = options_of(h);
         o.implementation = "cpu_hwy";
@@ -592,7 +592,7 @@ TEST(AdamWPlan, VerboseNamesTheImplementation) {
     ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, 1e-3f, o).ok());
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("fusekit_verbose,AdamW,n=100,"), std::string::npos) << err;
-    const std::string isa = impl == "cpu_hwy" ? fusekit::adam_w_hwy_target() : "scalar";
+    const std::string isa = impl == "cpu_hwy" ? fusekit::hwy_dispatched_target() : "scalar";
     EXPECT_NE(err.find("impl=" + impl + ",isa=" + isa + ","), std::string::npos) << err;
     EXPECT_NE(err.find("update="), std::string::npos) << err;
   }

@@ -506,7 +506,7 @@ TEST(Step, EverySimdTarget) {
     h.gnorm = 0.7;
     oracle_step(want, h);
     fusekit::testing::for_each_simd_target([&](const char *target) {
-      EXPECT_STREQ(fusekit::adam_w_quant_hwy_target(), target);
+      EXPECT_STREQ(fusekit::hwy_dispatched_target(), target);
       for (const Way &w : kHwySearches) {
         State got = start;
         ApplyAdamWQuantOptions o = options_of(h, w);
@@ -1692,7 +1692,7 @@ TEST(ApplyAdamWQuantPlan, VerboseNamesTheImplementation) {
     ASSERT_TRUE(run_api(s, h, options_of(h, w)).ok());  // the same maps: the tables are kept
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("fusekit_verbose,ApplyAdamWQuant,n=600,"), std::string::npos) << err;
-    const std::string isa = w.impl.starts_with("cpu_hwy") ? fusekit::adam_w_quant_hwy_target()
+    const std::string isa = w.impl.starts_with("cpu_hwy") ? fusekit::hwy_dispatched_target()
                             : w.impl == "cpu_reference"   ? "scalar"
                                                           : "AVX512VBMI";
     EXPECT_NE(err.find("impl=" + w.impl + ",isa=" + isa + ","), std::string::npos) << err;

@@ -8,6 +8,8 @@
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
+#include "common/plan.h"  // hwy_dispatched_target
+
 namespace fusekit::testing {
 
 template <typename Fn>

@@ -393,7 +393,7 @@ TEST_P(LazyAdamQuantDims, EveryImplementationDtypeMapAndTargetMatchesTheOracleBi
         };
         if (w.impl.starts_with("cpu_hwy_")) {  // both searches on every SIMD target
           fusekit::testing::for_each_simd_target([&](const char *target) {
-            EXPECT_STREQ(fusekit::lazy_adam_quant_hwy_target(), target);
+            EXPECT_STREQ(fusekit::hwy_dispatched_target(), target);
             one(DType::kInt64);
           });
         } else {
