@@ -533,35 +533,6 @@ TEST(AdamWPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
   expect_same(s, want);
 }
 
-TEST(AdamWPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
-  State s = make_state(60, DType::kFloat32, 100);
-  AdamWTensors t = s.tensors();
-  for (TensorView *x : {&t.var, &t.grad, &t.m, &t.v}) x->device = fusekit::Device::kCuda;
-  AdamWProblem problem;
-  ASSERT_TRUE(AdamWProblem::make(t, {}, &problem).ok());  // a valid problem
-  AdamW plan;
-  Status st = AdamW::plan(problem, {}, &plan);
-  EXPECT_EQ(st.code(), StatusCode::kNoImplementation);
-  EXPECT_NE(st.message().find("cpu_reference"), std::string::npos) << st.message();
-
-  ASSERT_TRUE(AdamWProblem::make(s.tensors(), {}, &problem).ok());
-  AdamWOptions o;
-  o.implementation = "cpu_nonesuch";
-  st = AdamW::plan(problem, o, &plan);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("cpu_nonesuch"), std::string::npos) << st.message();
-  o = {};
-  o.kernel = KernelChoice::kReference;
-  ASSERT_TRUE(AdamW::plan(problem, o, &plan).ok());
-  EXPECT_STREQ(plan.implementation(), "cpu_reference");
-  o.kernel = KernelChoice::kOptimized;
-  ASSERT_TRUE(AdamW::plan(problem, o, &plan).ok());
-  EXPECT_STREQ(plan.implementation(), "cpu_hwy");
-  EXPECT_EQ(plan.run(0, 1e-3f).code(), StatusCode::kInvalidArgument);  // no bound tensors
-  AdamW empty;
-  EXPECT_EQ(empty.run(s.tensors(), {}).code(), StatusCode::kInvalidArgument);
-}
-
 TEST(AdamWPlan, StepFromATensorIsReadAtRunTime) {
   State s = make_state(70, DType::kFloat16, 300);
   AdamWProblem problem;

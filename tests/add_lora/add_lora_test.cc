@@ -993,59 +993,6 @@ TEST(AddLoraPlan, APlanWithoutWeightARefusesOneAndIndicesAreCheckedEachRun) {
   }
 }
 
-TEST(AddLoraPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
-  Problem p;
-  p.B = 3;
-  p.seed = 340;
-  Data d = make(p);
-  AddLoraTensors t = tensors_of(d);
-  t.weight_b.device = Device::kCuda;  // one tensor elsewhere is enough
-  AddLoraProblem problem;
-  ASSERT_TRUE(AddLoraProblem::make(t, {}, &problem).ok());  // a valid problem
-  AddLora plan;
-  Status s = AddLora::plan(problem, {}, &plan);
-  EXPECT_EQ(s.code(), StatusCode::kNoImplementation) << s.message();
-  EXPECT_NE(s.message().find("cpu_reference"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("not on the cpu"), std::string::npos) << s.message();
-  for (TensorView *v : {&t.y, &t.x, &t.indices, &t.weight_a, &t.out}) v->device = Device::kCuda;
-  ASSERT_TRUE(AddLoraProblem::make(t, {}, &problem).ok());
-  EXPECT_EQ(AddLora::plan(problem, {}, &plan).code(), StatusCode::kNoImplementation);
-  // The compatibility plan and the one call answer the same.
-  EXPECT_EQ(AddLora::plan(t.y, t.x, t.weight_b, t.indices, t.weight_a, t.out, {}, &plan).code(),
-            StatusCode::kNoImplementation);
-
-  ASSERT_TRUE(AddLoraProblem::make(tensors_of(d), {}, &problem).ok());
-  AddLoraOptions o;
-  o.implementation = "cpu_nonesuch";
-  s = AddLora::plan(problem, o, &plan);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
-  EXPECT_NE(s.message().find("cpu_nonesuch"), std::string::npos) << s.message();
-  const std::vector<uint8_t> out_before = d.out;
-  EXPECT_EQ(add_lora(d.vy, d.vx, d.vb, d.vi, d.va, d.vo, o).code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(d.out == out_before);
-  // The list: the reference last; kReference picks it, kOptimized anything else.
-  const std::vector<std::string> names = AddLora::implementations();
-  ASSERT_FALSE(names.empty());
-  EXPECT_EQ(names.back(), "cpu_reference");
-  EXPECT_EQ(names.front(), "cpu_hwy");
-  o = {};
-  ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
-  EXPECT_STREQ(plan.implementation(), "cpu_hwy");
-  o.kernel = KernelChoice::kReference;
-  ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
-  EXPECT_STREQ(plan.implementation(), "cpu_reference");
-  o.kernel = KernelChoice::kOptimized;
-  ASSERT_TRUE(AddLora::plan(problem, o, &plan).ok());
-  EXPECT_STRNE(plan.implementation(), "cpu_reference");
-  // A plan from a problem has no bound tensors; a plan never made refuses to run.
-  std::vector<char> ws(plan.workspace_size());
-  EXPECT_EQ(plan.run(ws.data(), ws.size()).code(), StatusCode::kInvalidArgument);
-  AddLora empty;
-  EXPECT_STREQ(empty.implementation(), "none");
-  EXPECT_EQ(empty.run(tensors_of(d), ws.data(), ws.size()).code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(d.out == out_before);
-}
-
 // Many decode groups: with at least 4 per thread one chunk is a whole group (shrink then
 // expand), with fewer (10 threads here) the shrink items, then the expand items. Bitwise
 // identical over thread counts, so both ways give the same bits.

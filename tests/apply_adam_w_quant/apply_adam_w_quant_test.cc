@@ -1547,48 +1547,6 @@ TEST(ApplyAdamWQuantPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
   }
 }
 
-TEST(ApplyAdamWQuantPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
-  State s = make_state(440, DType::kFloat32, 300, fusekit::create_dynamic_map(true),
-                       fusekit::create_dynamic_map(false));
-  ApplyAdamWQuantTensors t = tensors_of(s);
-  for (TensorView *x :
-       {&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v}) {
-    x->device = fusekit::Device::kCuda;
-  }
-  ApplyAdamWQuantProblem problem;
-  ASSERT_TRUE(ApplyAdamWQuantProblem::make(t, {}, &problem).ok());  // a valid problem
-  ApplyAdamWQuant plan;
-  Status st = ApplyAdamWQuant::plan(problem, {}, &plan);
-  EXPECT_EQ(st.code(), StatusCode::kNoImplementation);
-  EXPECT_NE(st.message().find("cpu_reference"), std::string::npos) << st.message();
-  ApplyAdamWQuantOptions o;
-  o.implementation = "cpu_hwy";
-  EXPECT_EQ(ApplyAdamWQuant::plan(problem, o, &plan).code(), StatusCode::kNoImplementation);
-
-  ASSERT_TRUE(ApplyAdamWQuantProblem::make(tensors_of(s), {}, &problem).ok());
-  o.implementation = "cpu_nonesuch";
-  st = ApplyAdamWQuant::plan(problem, o, &plan);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("cpu_nonesuch"), std::string::npos) << st.message();
-  // A name picks that implementation; kReference the reference; kOptimized anything else.
-  for (const Way &w : ways()) {
-    o = options_of(Hyper{}, w);
-    ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
-    EXPECT_EQ(plan.implementation(), w.impl);
-  }
-  o = {};
-  o.kernel = KernelChoice::kReference;
-  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
-  EXPECT_STREQ(plan.implementation(), "cpu_reference");
-  o.kernel = KernelChoice::kOptimized;
-  ASSERT_TRUE(ApplyAdamWQuant::plan(problem, o, &plan).ok());
-  EXPECT_STRNE(plan.implementation(), "cpu_reference");
-  // run(step, ...) needs bound tensors; a plan that was never made refuses to run.
-  EXPECT_EQ(plan.run(0, 1e-3f, nullptr, 0).code(), StatusCode::kInvalidArgument);
-  ApplyAdamWQuant empty;
-  EXPECT_EQ(empty.run(tensors_of(s), {}, nullptr, 0).code(), StatusCode::kInvalidArgument);
-}
-
 TEST(ApplyAdamWQuantPlan, StepFromATensorIsReadAtRunTime) {
   for (const Way &w : ways()) {
     SCOPED_TRACE(way_name(w));

@@ -825,37 +825,6 @@ TEST(LazyAdamPlan, ABindingOfAnotherLayoutIsRefusedAndNothingIsWritten) {
   expect_tables_equal(p, want);
 }
 
-TEST(LazyAdamPlan, NoImplementationForAnotherDeviceAndUnknownNames) {
-  Problem p = make_problem(230, 10, 4, 8);
-  auto t = tensors_of(p);
-  for (auto *tv : {&t.gradient, &t.indices, &t.m, &t.v, &t.var})
-    tv->device = fusekit::Device::kCuda;
-  fusekit::LazyAdamProblem problem;
-  ASSERT_TRUE(fusekit::LazyAdamProblem::make(t, {}, &problem).ok());  // a valid problem
-  fusekit::LazyAdam plan;
-  Status s = fusekit::LazyAdam::plan(problem, {}, &plan);
-  EXPECT_EQ(s.code(), StatusCode::kNoImplementation);
-  EXPECT_NE(s.message().find("cpu_reference"), std::string::npos) << s.message();
-
-  ASSERT_TRUE(fusekit::LazyAdamProblem::make(tensors_of(p), {}, &problem).ok());
-  LazyAdamOptions o;
-  o.implementation = "cpu_nonesuch";
-  s = fusekit::LazyAdam::plan(problem, o, &plan);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("cpu_nonesuch"), std::string::npos) << s.message();
-  // kReference picks the reference; kOptimized anything else.
-  o = {};
-  o.kernel = KernelChoice::kReference;
-  ASSERT_TRUE(fusekit::LazyAdam::plan(problem, o, &plan).ok());
-  EXPECT_STREQ(plan.implementation(), "cpu_reference");
-  o.kernel = KernelChoice::kOptimized;
-  ASSERT_TRUE(fusekit::LazyAdam::plan(problem, o, &plan).ok());
-  EXPECT_STRNE(plan.implementation(), "cpu_reference");
-  // A plan that was never made refuses to run.
-  fusekit::LazyAdam empty;
-  EXPECT_EQ(empty.run(tensors_of(p), {}, nullptr, 0).code(), StatusCode::kInvalidArgument);
-}
-
 TEST(LazyAdamPlan, VerboseNamesTheImplementation) {
   // FUSEKIT_VERBOSE is read once per process: this checks the line when the variable is set for
   // the test binary (ctest sets it for this test; see CMakeLists.txt), and passes trivially

@@ -10,7 +10,8 @@
 //   - a binding that differs from the plan in one role (another dtype, no data) is refused, and
 //     every written tensor keeps its poisoned bytes;
 //   - a tensor on another device is kNoImplementation when planned, naming every implementation;
-//   - an unknown implementation name is kInvalidArgument; a plan that was not made refuses to run.
+//   - an unknown implementation name is kInvalidArgument; a plan that was not made refuses to run;
+//     the kernel choice picks the reference or the others.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,11 +88,12 @@ struct Seam<LazyAdamQuantOp> {
     std::vector<int64_t> idx;
     std::array<float, kQuantMapSize> qm = create_dynamic_map(true), qv = create_dynamic_map(false);
     LazyAdamQuantTensors tensors() {
-      return {TensorView::of(grad.data(), {N, D}), TensorView::of(idx.data(), {N}),
-              TensorView::of(m.data(), {R, D}),    TensorView::of(v.data(), {R, D}),
-              TensorView::of(var.data(), {R, D}),  TensorView::of(qm.data(), {kQuantMapSize}),
-              TensorView::of(qv.data(), {kQuantMapSize}), TensorView::of(am.data(), {R, B}),
-              TensorView::of(av.data(), {R, B})};
+      return {
+          TensorView::of(grad.data(), {N, D}),        TensorView::of(idx.data(), {N}),
+          TensorView::of(m.data(), {R, D}),           TensorView::of(v.data(), {R, D}),
+          TensorView::of(var.data(), {R, D}),         TensorView::of(qm.data(), {kQuantMapSize}),
+          TensorView::of(qv.data(), {kQuantMapSize}), TensorView::of(am.data(), {R, B}),
+          TensorView::of(av.data(), {R, B})};
     }
   };
   static Data make(std::mt19937_64 &rng) {
@@ -391,6 +393,14 @@ TYPED_TEST(SeamTest, AnUnknownNameAndAnUnmadePlanAreRefused) {
   st = S::run(plan, d.tensors(), nullptr, 0);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("run on a plan that was not made"), std::string::npos);
+  // The kernel choice: kReference picks the reference, kOptimized anything else.
+  o = {};
+  o.kernel = KernelChoice::kReference;
+  ASSERT_TRUE(S::Plan::plan(problem, o, &plan).ok());
+  EXPECT_STREQ(plan.implementation(), kReferenceName);
+  o.kernel = KernelChoice::kOptimized;
+  ASSERT_TRUE(S::Plan::plan(problem, o, &plan).ok());
+  EXPECT_STRNE(plan.implementation(), kReferenceName);
 }
 
 }  // namespace
