@@ -68,6 +68,66 @@ WorkspaceLayout layout_for(AddLoraCpuKernel kernel, const AddLoraProblem &p, int
   return l;
 }
 
+// The cpu_hwy kernel's items on the thread layer, each stage one parallel_chunks call: a thread
+// that the OS deschedules leaves the chunks it has not claimed to the others, and a call waits
+// only for chunks in progress. Per prefill group (groups of prefill_min_rows rows or more): pack,
+// shrink, expand. Decode groups, all together: when there are enough of them to share out (at
+// least 4 per thread), one chunk is a whole group, shrink then expand, so that the decode stages
+// cost one call and no wait between them; otherwise the shrink items, then the expand items (4 per
+// chunk). Small work (under about 2 x 262144 multiply-adds) runs on the calling thread alone.
+// Every output element is computed by one item, whichever thread runs it: the bits do not depend
+// on the thread count.
+void drive_hwy(const AddLoraHwyKernel &k, const AddLoraArgs &a, const AddLoraScratch &s,
+               int threads, int64_t prefill_min_rows, AddLoraStats *st) {
+  constexpr int64_t kDecodeItemsPerChunk = 4;  // decode expand items claimed at once
+  // Which groups take which path; the decode groups are listed in s.group_list.
+  int64_t valid = 0;
+  for (int64_t ad = 0; ad < a.adapters; ++ad) {
+    const int64_t n = a.group_start[ad + 1] - a.group_start[ad];
+    valid += n;
+    if (n == 0) continue;
+    if (n >= prefill_min_rows) {
+      ++st->prefill_groups;
+    } else {
+      s.group_list[st->decode_groups++] = ad;
+    }
+  }
+  const double work =
+      static_cast<double>(valid) * static_cast<double>(a.r) * static_cast<double>(a.h1 + a.h2);
+  const int nt =
+      static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
+  auto buf = [&](int worker) {
+    return reinterpret_cast<float *>(s.per_thread +
+                                     static_cast<size_t>(worker) * s.per_thread_bytes);
+  };
+  auto stage = [&](const AddLoraWork &w, int64_t items, int64_t per_chunk) {
+    parallel_chunks((items + per_chunk - 1) / per_chunk, nt, [&](int64_t c, int worker) {
+      k.items(a, s, w, c * per_chunk, std::min(items, (c + 1) * per_chunk), buf(worker));
+    });
+  };
+
+  // ---- prefill groups, one after another (they share the packed panels) ----
+  for (int64_t ad = 0; ad < a.adapters && st->prefill_groups > 0; ++ad) {
+    const int64_t g0 = a.group_start[ad], n = a.group_start[ad + 1] - g0;
+    if (n == 0 || n < prefill_min_rows) continue;
+    const AddLoraItemCounts c = k.counts(a, s, n);
+    stage({AddLoraStage::kPack, ad, g0, n}, c.pack, 1);
+    stage({AddLoraStage::kShrink, ad, g0, n}, c.shrink, 1);
+    stage({AddLoraStage::kExpand, ad, g0, n}, c.expand, 1);
+  }
+
+  // ---- decode groups ----
+  const int64_t n_dec = st->decode_groups;
+  if (n_dec == 0) return;
+  const AddLoraItemCounts c = k.counts(a, s, 0);
+  if (n_dec >= int64_t{4} * nt) {
+    stage({AddLoraStage::kDecodeGroup}, n_dec, 1);
+    return;
+  }
+  stage({AddLoraStage::kDecodeShrink}, n_dec * c.rank_chunks, 1);
+  stage({AddLoraStage::kDecodeExpand}, n_dec * c.column_blocks, kDecodeItemsPerChunk);
+}
+
 }  // namespace
 
 size_t add_lora_cpu_workspace_bytes(AddLoraCpuKernel kernel, const AddLoraProblem &p, int threads) {
@@ -197,9 +257,7 @@ Status add_lora_cpu_run(AddLoraCpuKernel kernel, const AddLoraProblem &p, const 
   const int64_t min_rows = p.path == AddLoraPath::kPrefill  ? int64_t{1}
                            : p.path == AddLoraPath::kDecode ? std::numeric_limits<int64_t>::max()
                                                             : AddLora::kPrefillMinRows;
-  const AddLoraRunInfo info = add_lora_optimized()(args, scratch, threads, min_rows);
-  st.prefill_groups = info.prefill_groups;
-  st.decode_groups = info.decode_groups;
+  drive_hwy(add_lora_hwy(), args, scratch, threads, min_rows, &st);
   timer.stage("compute");
   return Status::Ok();
 }

@@ -1,5 +1,6 @@
 // AddLora, the optimized kernel: Highway SIMD, compiled for every x86 target Highway builds and
-// dispatched at run time; threads (common/parallel.h) over groups, rows and output columns.
+// dispatched at run time, as work items (add_lora_kernels.h) that the driver in add_lora_cpu.cc
+// runs on the thread layer over groups, rows and output columns.
 //
 // Prefill path (a group of many rows on one adapter), per group:
 //   1. pack weightA^T to a float32 panel [H1, R16] and weightB^T to column tiles [H2/TW][R][TW]
@@ -10,14 +11,6 @@
 //      r order; out = round(y + scale * acc) once (threads split row panels x column blocks).
 // Decode path (one or a few rows per adapter): t = dot(x, A[r]) streaming A once; then for each
 // output column z = dot(t, B[j]) streaming B once, and the epilogue over a block of columns.
-//
-// Threads: each stage is one parallel_chunks call of common/parallel.h (chunks claimed from a
-// shared counter; a descheduled thread leaves its unclaimed chunks to the others, and a call
-// waits only for chunks in progress, never for a thread that has not started). Per prefill group
-// three calls: pack, shrink, expand. Decode groups: one call when there are at least 4 groups per
-// thread (a chunk is a whole group, shrink then expand), else two (shrink items, expand items).
-// Small work (under about 2 x 262144 multiply-adds) runs on the calling thread alone. Per-thread
-// scratch is indexed by the chunk's `worker`.
 //
 // Every output element is computed by one chunk, by the same operations in the same order for
 // any thread count, so results are bitwise identical for every thread count.
@@ -31,7 +24,6 @@
 #include <cstring>
 
 #include "add_lora/add_lora_kernels.h"
-#include "common/parallel.h"
 #include "fusekit/float16.h"
 // Per target (a Highway -inl.h header): LoadWide, StoreNarrow.
 #include "common/hwy_dispatch.h"
@@ -60,7 +52,6 @@ constexpr int64_t kShrinkItemBlocks = 8;  // row blocks per shrink item
 constexpr int64_t kColBlockCols = 1024;   // output columns per expand item (a multiple of any tile)
 constexpr int64_t kDecodeRanks = 16;      // ranks per decode shrink item
 constexpr int64_t kDecodeCols = 256;      // output columns per decode expand item
-constexpr int64_t kDecodeItemsPerChunk = 4;  // decode expand items claimed at once
 constexpr int64_t kRowBuf = 8;  // rows of x converted at once (the per-thread buffer holds 8)
 
 // Loads and stores of the three element types as float32 lanes: LoadWide and StoreNarrow
@@ -437,96 +428,71 @@ struct Driver {
   }
 };
 
-// The stages, each one parallel_chunks call (common/parallel.h): a thread that the OS deschedules
-// leaves the chunks it has not claimed to the others, and a call waits only for chunks in
-// progress. Per prefill group: pack (weightA^T and weightB^T), shrink, expand. Decode groups, all
-// together: when there are enough of them to share out (at least 4 per thread), one chunk is a
-// whole group, shrink then expand, so that the decode stages cost one call and no wait between
-// them; otherwise the shrink items, then the expand items (4 per chunk).
-template <typename T>
-AddLoraRunInfo RunTyped(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
-                        int64_t prefill_min_rows) {
+// Items [begin, end) of one stage, each instantiation its own function (as tight as the loop
+// over one kind of item can be).
+template <typename T, AddLoraStage S>
+void StageItems(const AddLoraArgs &a, const AddLoraScratch &s, const AddLoraWork &w, int64_t begin,
+                int64_t end, float *buf) {
   const Driver<T> drv(a, s);
-
-  // Which groups take which path; decode groups are listed in s.group_list.
-  AddLoraRunInfo info;
-  int64_t valid = 0;
-  for (int64_t ad = 0; ad < a.adapters; ++ad) {
-    const int64_t n = a.group_start[ad + 1] - a.group_start[ad];
-    valid += n;
-    if (n == 0) continue;
-    if (n >= prefill_min_rows) {
-      ++info.prefill_groups;
+  const int64_t *list = s.group_list;
+  for (int64_t i = begin; i < end; ++i) {
+    if constexpr (S == AddLoraStage::kPack) {
+      drv.PackItem(w.adapter, i, buf);
+    } else if constexpr (S == AddLoraStage::kShrink) {
+      drv.ShrinkItem(w.g0, w.n, i, buf);
+    } else if constexpr (S == AddLoraStage::kExpand) {
+      drv.ExpandItem(w.g0, w.n, i, buf);
+    } else if constexpr (S == AddLoraStage::kDecodeGroup) {
+      for (int64_t rc = 0; rc < drv.n_rank_chunks; ++rc) drv.DecodeShrinkItem(list[i], rc, buf);
+      for (int64_t cc = 0; cc < drv.n_dec_cols; ++cc) drv.DecodeExpandItem(list[i], cc, buf);
+    } else if constexpr (S == AddLoraStage::kDecodeShrink) {
+      drv.DecodeShrinkItem(list[i / drv.n_rank_chunks], i % drv.n_rank_chunks, buf);
     } else {
-      s.group_list[info.decode_groups++] = ad;
+      drv.DecodeExpandItem(list[i / drv.n_dec_cols], i % drv.n_dec_cols, buf);
     }
   }
-  // Small work runs on one thread (inline, no helper is woken).
-  const double work = static_cast<double>(valid) * static_cast<double>(drv.R) *
-                      static_cast<double>(drv.h1 + drv.h2);
-  const int nt =
-      static_cast<int>(std::clamp<double>(work / 262144.0, 1.0, static_cast<double>(threads)));
-
-  // ---- prefill groups, one after another (they share the packed panels) ----
-  for (int64_t ad = 0; ad < a.adapters && info.prefill_groups > 0; ++ad) {
-    const int64_t g0 = a.group_start[ad], n = a.group_start[ad + 1] - g0;
-    if (n == 0 || n < prefill_min_rows) continue;
-    parallel_chunks(drv.PackAItems() + drv.n_tiles, nt,
-                    [&](int64_t c, int worker) HWY_ATTR { drv.PackItem(ad, c, drv.Buf(worker)); });
-    const int64_t n_blocks = (n + kMR - 1) / kMR;
-    parallel_chunks((n_blocks + kShrinkItemBlocks - 1) / kShrinkItemBlocks, nt,
-                    [&](int64_t item, int worker)
-                        HWY_ATTR { drv.ShrinkItem(g0, n, item, drv.Buf(worker)); });
-    const int64_t n_panels = (n_blocks + kRowPanelTiles - 1) / kRowPanelTiles;
-    parallel_chunks(drv.n_col_blocks * n_panels, nt, [&](int64_t item, int worker) HWY_ATTR {
-      drv.ExpandItem(g0, n, item, drv.Buf(worker));
-    });
-  }
-
-  // ---- decode groups ----
-  const int64_t n_dec = info.decode_groups;
-  if (n_dec == 0) return info;
-  const int64_t *list = s.group_list;
-  if (n_dec >= int64_t{4} * nt) {
-    parallel_chunks(n_dec, nt, [&](int64_t g, int worker) HWY_ATTR {
-      float *buf = drv.Buf(worker);
-      for (int64_t rc = 0; rc < drv.n_rank_chunks; ++rc) drv.DecodeShrinkItem(list[g], rc, buf);
-      for (int64_t cc = 0; cc < drv.n_dec_cols; ++cc) drv.DecodeExpandItem(list[g], cc, buf);
-    });
-    return info;
-  }
-  parallel_chunks(n_dec * drv.n_rank_chunks, nt, [&](int64_t item, int worker) HWY_ATTR {
-    drv.DecodeShrinkItem(list[item / drv.n_rank_chunks], item % drv.n_rank_chunks, drv.Buf(worker));
-  });
-  const int64_t n_items = n_dec * drv.n_dec_cols;
-  parallel_chunks((n_items + kDecodeItemsPerChunk - 1) / kDecodeItemsPerChunk, nt,
-                  [&](int64_t c, int worker) HWY_ATTR {
-                    float *buf = drv.Buf(worker);
-                    const int64_t end = std::min(n_items, (c + 1) * kDecodeItemsPerChunk);
-                    for (int64_t item = c * kDecodeItemsPerChunk; item < end; ++item) {
-                      drv.DecodeExpandItem(list[item / drv.n_dec_cols], item % drv.n_dec_cols, buf);
-                    }
-                  });
-  return info;
 }
 
-AddLoraRunInfo Run(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
-                   int64_t prefill_min_rows) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return RunTyped<float16_t>(a, s, threads, prefill_min_rows);
-    case DType::kBFloat16:
-      return RunTyped<bfloat16_t>(a, s, threads, prefill_min_rows);
-    default:
-      return RunTyped<float>(a, s, threads, prefill_min_rows);
+template <typename T>
+void ItemsTyped(const AddLoraArgs &a, const AddLoraScratch &s, const AddLoraWork &w, int64_t begin,
+                int64_t end, float *buf) {
+  switch (w.stage) {
+    case AddLoraStage::kPack:
+      return StageItems<T, AddLoraStage::kPack>(a, s, w, begin, end, buf);
+    case AddLoraStage::kShrink:
+      return StageItems<T, AddLoraStage::kShrink>(a, s, w, begin, end, buf);
+    case AddLoraStage::kExpand:
+      return StageItems<T, AddLoraStage::kExpand>(a, s, w, begin, end, buf);
+    case AddLoraStage::kDecodeGroup:
+      return StageItems<T, AddLoraStage::kDecodeGroup>(a, s, w, begin, end, buf);
+    case AddLoraStage::kDecodeShrink:
+      return StageItems<T, AddLoraStage::kDecodeShrink>(a, s, w, begin, end, buf);
+    case AddLoraStage::kDecodeExpand:
+      return StageItems<T, AddLoraStage::kDecodeExpand>(a, s, w, begin, end, buf);
   }
 }
 
 }  // namespace lora
 
-AddLoraRunInfo AddLoraRun(const AddLoraArgs &a, const AddLoraScratch &s, int threads,
-                          int64_t prefill_min_rows) {
-  return lora::Run(a, s, threads, prefill_min_rows);
+AddLoraItemCounts AddLoraCounts(const AddLoraArgs &a, const AddLoraScratch &s, int64_t n) {
+  const lora::Driver<float> drv(a, s);  // the counts do not depend on the element type
+  const int64_t n_blocks = (n + lora::kMR - 1) / lora::kMR;
+  const int64_t n_panels = (n_blocks + lora::kRowPanelTiles - 1) / lora::kRowPanelTiles;
+  return {drv.PackAItems() + drv.n_tiles,
+          (n_blocks + lora::kShrinkItemBlocks - 1) / lora::kShrinkItemBlocks,
+          drv.n_col_blocks * n_panels, drv.n_rank_chunks, drv.n_dec_cols};
+}
+
+void AddLoraItems(const AddLoraArgs &a, const AddLoraScratch &s, const AddLoraWork &w,
+                  int64_t begin, int64_t end, float *buf) {
+  switch (a.dtype) {
+    case DType::kFloat16:
+      return lora::ItemsTyped<float16_t>(a, s, w, begin, end, buf);
+    case DType::kBFloat16:
+      return lora::ItemsTyped<bfloat16_t>(a, s, w, begin, end, buf);
+    default:
+      return lora::ItemsTyped<float>(a, s, w, begin, end, buf);
+  }
 }
 
 }  // namespace fusekit::HWY_NAMESPACE
@@ -534,11 +500,11 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace fusekit {
-HWY_EXPORT(AddLoraRun);
+HWY_EXPORT(AddLoraCounts);
+HWY_EXPORT(AddLoraItems);
 
-// Looked up on each call (one table read) so that tests can switch targets.
-AddLoraOptimizedFn add_lora_optimized() {
-  return FUSEKIT_HWY_DISPATCH(AddLoraRun);
+AddLoraHwyKernel add_lora_hwy() {
+  return {FUSEKIT_HWY_DISPATCH(AddLoraCounts), FUSEKIT_HWY_DISPATCH(AddLoraItems)};
 }
 
 }  // namespace fusekit

@@ -61,13 +61,30 @@ void add_lora_reference(const AddLoraArgs &args, const AddLoraScratch &scratch);
 
 // The Highway kernel for the best instruction set of this CPU. Groups of at least
 // prefill_min_rows rows take the prefill (GEMM) path, smaller ones the decode path.
-struct AddLoraRunInfo {
-  int64_t prefill_groups = 0, decode_groups = 0;
+// The cpu_hwy kernel as work items (add_lora_hwy.cc): each item is a pure function of its index
+// and the worker's scratch buffer (no threads, no dispatch inside; the driver in add_lora_cpu.cc
+// runs them on the thread layer). The stages, per prefill group (the n rows from g0 in the
+// sorted order, adapter `adapter`): pack (weightA^T and weightB^T panels), shrink, expand; the
+// decode groups (listed in scratch.group_list): a whole group each (shrink, then expand), or their
+// shrink items (group, rank chunk), then their expand items (group, column block).
+enum class AddLoraStage { kPack, kShrink, kExpand, kDecodeGroup, kDecodeShrink, kDecodeExpand };
+struct AddLoraWork {
+  AddLoraStage stage;
+  int64_t adapter = 0, g0 = 0, n = 0;  // the prefill group (prefill stages only)
 };
-using AddLoraOptimizedFn = AddLoraRunInfo (*)(const AddLoraArgs &args,
-                                              const AddLoraScratch &scratch, int threads,
-                                              int64_t prefill_min_rows);
-AddLoraOptimizedFn add_lora_optimized();
+// How many items each stage has: of a prefill group of n rows, and per decode group.
+struct AddLoraItemCounts {
+  int64_t pack, shrink, expand;        // of the prefill group
+  int64_t rank_chunks, column_blocks;  // per decode group
+};
+struct AddLoraHwyKernel {
+  AddLoraItemCounts (*counts)(const AddLoraArgs &args, const AddLoraScratch &scratch, int64_t n);
+  // Items [begin, end) of `work`; buf: the worker's scratch (scratch.per_thread_bytes).
+  void (*items)(const AddLoraArgs &args, const AddLoraScratch &scratch, const AddLoraWork &work,
+                int64_t begin, int64_t end, float *buf);
+};
+// Looked up on each call (one table read) so that tests can switch targets.
+AddLoraHwyKernel add_lora_hwy();
 
 }  // namespace fusekit
 
