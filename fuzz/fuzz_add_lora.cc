@@ -175,11 +175,7 @@ std::vector<fz::Seed> seeds() {
   using fz::Expect;
   const fz::Values base = {{"B", 4}, {"H1", 16}, {"Rk", 8},    {"H2", 16},  {"H3x", 4},
                            {"W", 3}, {"L", 2},   {"layer", 1}, {"yoff", 2}, {"seed", 3}};
-  auto with = [&](fz::Values extra) {
-    fz::Values v = base;
-    for (const auto &[k, x] : extra) v[k] = x;
-    return v;
-  };
+  auto with = [&](const fz::Values &extra) { return fz::with(base, extra); };
   return {
       {"valid_f16", Expect::kSucceeds, base},
       {"valid_bf16", Expect::kSucceeds, with({{"dtype", 1}})},
@@ -257,12 +253,4 @@ std::vector<fz::Seed> seeds() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  fz::maybe_write_seeds(seeds(), decode_only, run_one);
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  run_one(data, size);
-  return 0;
-}
+FZ_FUZZ_TARGET(seeds, decode_only, run_one)

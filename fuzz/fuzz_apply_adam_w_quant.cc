@@ -166,31 +166,17 @@ void run_one(const uint8_t *data, size_t size) {
   o.eps = c.eps;
   o.gnorm_scale = c.gnorm;
   o.block_size = c.block;
-  o.kernel = fusekit::KernelChoice::kReference;
-  o.num_threads = 1;
-  fusekit::ApplyAdamWQuantProblem problem;
-  fusekit::Status s = fusekit::ApplyAdamWQuantProblem::make(tensors, o, &problem);
-  if (s.ok()) s = problem.check(tensors);
-  fusekit::ApplyAdamWQuant plan;
-  if (s.ok()) s = fusekit::ApplyAdamWQuant::plan(problem, o, &plan);
-  std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
   fusekit::ApplyAdamWQuantScalars scalars;
   scalars.step_tensor = w.view(kStep, copies);
   scalars.lr = static_cast<float>(c.lr);
-  if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
-  FZ_CHECK(s.ok(), "aclnnApplyAdamWQuant succeeded but the C++ reference refused: %s",
-           s.message().c_str());
-  w.expect_same_as(copies, outputs, "aclnnApplyAdamWQuant against the reference implementation");
+  fz::expect_reference<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
+      w, copies, tensors, o, scalars, outputs, "aclnnApplyAdamWQuant");
 }
 
 std::vector<fz::Seed> seeds() {
   using fz::Expect;
   const fz::Values base = {{"ndim", 0}, {"shape[0]", 300}, {"seed", 7}};
-  auto with = [&](fz::Values extra) {
-    fz::Values v = base;
-    for (const auto &[k, x] : extra) v[k] = x;
-    return v;
-  };
+  auto with = [&](const fz::Values &extra) { return fz::with(base, extra); };
   return {
       {"valid_f32_300", Expect::kSucceeds, base},
       {"valid_f16_512", Expect::kSucceeds, with({{"dtype", 1}, {"shape[0]", 512}})},
@@ -267,12 +253,4 @@ std::vector<fz::Seed> seeds() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  fz::maybe_write_seeds(seeds(), decode_only, run_one);
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  run_one(data, size);
-  return 0;
-}
+FZ_FUZZ_TARGET(seeds, decode_only, run_one)

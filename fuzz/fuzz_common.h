@@ -37,6 +37,8 @@
 #include "acl/acl.h"
 #include "fusekit/dtype.h"
 #include "fusekit/float16.h"
+#include "fusekit/kernel_choice.h"
+#include "fusekit/status.h"
 #include "fusekit/tensor.h"
 #include "fusekit/threading.h"
 
@@ -1427,8 +1429,40 @@ inline bool run_phases(World &w, const Phases &p, int st, uint64_t ws_size, aclO
 }
 
 // ---------------------------------------------------------------------------------------------
+// The reference check every operator's target ends with
+// ---------------------------------------------------------------------------------------------
+
+// The C++ API's reference implementation, one thread, run on `tensors` (views of copies of the
+// inputs as at the snapshot) with `scalars`, must accept what the aclnn call accepted and give
+// the bits the call wrote at `outputs` (any NaN for any NaN).
+template <class Plan, class Problem, class Tensors, class Options, class Scalars>
+void expect_reference(World &w, std::vector<std::unique_ptr<Buffer>> &copies,
+                      const Tensors &tensors, Options o, const Scalars &scalars,
+                      const std::vector<std::pair<int, int64_t>> &outputs, const char *op) {
+  o.kernel = fusekit::KernelChoice::kReference;
+  o.num_threads = 1;
+  Problem problem;
+  fusekit::Status s = Problem::make(tensors, o, &problem);
+  if (s.ok()) s = problem.check(tensors);
+  Plan plan;
+  if (s.ok()) s = Plan::plan(problem, o, &plan);
+  std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
+  if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
+  FZ_CHECK(s.ok(), "%s succeeded but the C++ reference refused: %s", op, s.message().c_str());
+  w.expect_same_as(copies, outputs,
+                   (std::string(op) + " against the reference implementation").c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Seeds
 // ---------------------------------------------------------------------------------------------
+
+// A seed's values: `base` with `extra` on top.
+inline Values with(const Values &base, const Values &extra) {
+  Values v = base;
+  for (const auto &[k, x] : extra) v[k] = x;
+  return v;
+}
 
 enum class Expect { kAny, kPhaseOneFails, kPhaseTwoFails, kSucceeds };
 struct Seed {
@@ -1489,5 +1523,17 @@ inline void maybe_write_seeds(const std::vector<Seed> &seeds, DecodeFn decode, R
 }
 
 }  // namespace fz
+
+// The libFuzzer entry points of a target: its seeds (written and checked when
+// FUSEKIT_FUZZ_WRITE_SEEDS is set), its decoder and its run.
+#define FZ_FUZZ_TARGET(seeds, decode, run)                                  \
+  extern "C" int LLVMFuzzerInitialize(int *, char ***) {                    \
+    fz::maybe_write_seeds(seeds(), decode, run);                            \
+    return 0;                                                               \
+  }                                                                         \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { \
+    run(data, size);                                                        \
+    return 0;                                                               \
+  }
 
 #endif  // FUSEKIT_FUZZ_FUZZ_COMMON_H_

@@ -315,12 +315,4 @@ std::vector<fz::Seed> seeds() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  fz::maybe_write_seeds(seeds(), decode_only, run_one);
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  run_one(data, size);
-  return 0;
-}
+FZ_FUZZ_TARGET(seeds, decode_only, run_one)

@@ -145,30 +145,16 @@ void run_one(const uint8_t *data, size_t size) {
   o.beta1 = c.beta1;
   o.beta2 = c.beta2;
   o.epsilon = c.eps;
-  o.kernel = fusekit::KernelChoice::kReference;
-  o.num_threads = 1;
-  fusekit::LazyAdamProblem problem;
-  fusekit::Status s = fusekit::LazyAdamProblem::make(tensors, o, &problem);
-  if (s.ok()) s = problem.check(tensors);
-  fusekit::LazyAdam plan;
-  if (s.ok()) s = fusekit::LazyAdam::plan(problem, o, &plan);
-  std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
   fusekit::LazyAdamScalars scalars;
   scalars.lr_tensor = w.view(kLr, copies);
-  if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
-  FZ_CHECK(s.ok(), "aclnnLazyAdam succeeded but the C++ reference refused: %s",
-           s.message().c_str());
-  w.expect_same_as(copies, outputs, "aclnnLazyAdam against the reference implementation");
+  fz::expect_reference<fusekit::LazyAdam, fusekit::LazyAdamProblem>(w, copies, tensors, o, scalars,
+                                                                    outputs, "aclnnLazyAdam");
 }
 
 std::vector<fz::Seed> seeds() {
   using fz::Expect;
   const fz::Values base = {{"N", 8}, {"D", 5}, {"R", 20}, {"seed", 1}};
-  auto with = [&](fz::Values extra) {
-    fz::Values v = base;
-    for (const auto &[k, x] : extra) v[k] = x;
-    return v;
-  };
+  auto with = [&](const fz::Values &extra) { return fz::with(base, extra); };
   return {
       {"valid_small", Expect::kSucceeds, base},
       {"valid_int64_n1", Expect::kSucceeds, with({{"flags", 3}})},
@@ -229,12 +215,4 @@ std::vector<fz::Seed> seeds() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  fz::maybe_write_seeds(seeds(), decode_only, run_one);
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  run_one(data, size);
-  return 0;
-}
+FZ_FUZZ_TARGET(seeds, decode_only, run_one)
