@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "add_lora/add_lora_impl.h"
 #include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/add_lora.h"
@@ -13,22 +14,6 @@ namespace fusekit {
 namespace {
 
 constexpr const char *kOp = "aclnnAddLora";
-
-class AddLoraExecutor final : public aclOpExecutor {
- public:
-  AddLoraExecutor(const AddLora &plan, const AddLoraTensors &tensors)
-      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {}
-  uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
-                 std::string * /*warning*/) override {
-    return with_aclnn_name(plan_.run(tensors_, workspace, workspace_size, nullptr, stream),
-                           "AddLora");
-  }
-
- private:
-  AddLora plan_;
-  AddLoraTensors tensors_;
-};
 
 }  // namespace
 }  // namespace fusekit
@@ -49,7 +34,7 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
                                  {weightAOptional, "weightAOptional", &va, true},
                                  {out, "out", &vo}},
                                 workspaceSize, executor);
-    AddLora plan;
+    PlanStateOf<AddLoraOp> plan;
     const AddLoraTensors tensors{vy, vx, vb, vi, va, vo};
     if (st.ok()) {
       AddLoraOptions options;
@@ -57,10 +42,11 @@ extern "C" aclnnStatus aclnnAddLoraGetWorkspaceSize(
       options.scale = scale;
       options.y_offset = yOffset;
       options.y_slice_size = ySliceSize;
-      st = plan_phase_one<AddLora, AddLoraProblem>(tensors, options, "AddLora", &plan);
+      st = plan_phase_one<AddLoraOp>(tensors, options, &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) ex = std::make_unique<AddLoraExecutor>(plan, tensors);
+    if (st.ok())
+      ex = std::make_unique<PlanExecutor<AddLoraOp>>(kOp, plan, tensors, NoScalars{}, nullptr);
     return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
   });
 }

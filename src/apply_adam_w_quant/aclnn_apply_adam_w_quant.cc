@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
 #include "common/adam_update.h"
 #include "common/c_entry.h"
 #include "common/str_cat.h"
@@ -17,36 +18,12 @@ namespace {
 
 constexpr const char *kOp = "aclnnApplyAdamWQuant";
 
-class ApplyAdamWQuantExecutor final : public aclOpExecutor {
- public:
-  ApplyAdamWQuantExecutor(const ApplyAdamWQuant &plan, const ApplyAdamWQuantTensors &tensors,
-                          const TensorView &step, double lr)
-      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
-    scalars_.step_tensor = step;  // read by the run when phase two runs
-    scalars_.lr = static_cast<float>(lr);
-  }
-  uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
-                 std::string *warning) override {
-    ApplyAdamWQuantStats stats;
-    Status st =
-        with_aclnn_name(plan_.run(tensors_, scalars_, workspace, workspace_size, &stats, stream),
-                        "ApplyAdamWQuant");
-    if (st.ok() && stats.blocks_skipped_nonfinite > 0) {
-      *warning =
-          str_cat(kOp, ": warning: ", stats.blocks_skipped_nonfinite, " of ", plan_.num_blocks(),
-                  " blocks were left unchanged because their gradient, or the new m, v, absmax "
-                  "or var the step would give them, is not finite");
-    }
-    return st;
-  }
-
- private:
-  ApplyAdamWQuant plan_;
-  ApplyAdamWQuantTensors tensors_;
-  ApplyAdamWQuantScalars scalars_;
-};
-
+std::string warning(const ApplyAdamWQuantProblem &p, const ApplyAdamWQuantStats &st) {
+  if (st.blocks_skipped_nonfinite == 0) return {};
+  return str_cat(kOp, ": warning: ", st.blocks_skipped_nonfinite, " of ", p.blocks,
+                 " blocks were left unchanged because their gradient, or the new m, v, absmax "
+                 "or var the step would give them, is not finite");
+}
 }  // namespace
 }  // namespace fusekit
 
@@ -85,7 +62,7 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
                                    "\"; only null or \"BLOCKWISE\" is supported"));
     }
     if (st.ok()) st = check_adam_lr(kOp, lr);
-    ApplyAdamWQuant plan;
+    PlanStateOf<ApplyAdamWQuantOp> plan;
     const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
     if (st.ok()) {
       ApplyAdamWQuantOptions options;
@@ -95,11 +72,15 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
       options.eps = eps;
       options.gnorm_scale = gnormScale;
       options.block_size = blockSize;
-      st = plan_phase_one<ApplyAdamWQuant, ApplyAdamWQuantProblem>(tensors, options,
-                                                                   "ApplyAdamWQuant", &plan);
+      st = plan_phase_one<ApplyAdamWQuantOp>(tensors, options, &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) ex = std::make_unique<ApplyAdamWQuantExecutor>(plan, tensors, s, lr);
+    if (st.ok()) {
+      ApplyAdamWQuantScalars scalars;
+      scalars.step_tensor = s;  // read by the implementation when phase two runs
+      scalars.lr = static_cast<float>(lr);
+      ex = std::make_unique<PlanExecutor<ApplyAdamWQuantOp>>(kOp, plan, tensors, scalars, warning);
+    }
     return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
   });
 }

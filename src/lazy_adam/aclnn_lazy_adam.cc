@@ -7,6 +7,7 @@
 #include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/lazy_adam.h"
+#include "lazy_adam/lazy_adam_impl.h"
 #include "runtime/acl_tensor.h"
 #include "runtime/executor.h"
 
@@ -15,31 +16,11 @@ namespace {
 
 constexpr const char *kOp = "aclnnLazyAdam";
 
-class LazyAdamExecutor final : public aclOpExecutor {
- public:
-  LazyAdamExecutor(const LazyAdam &plan, const LazyAdamTensors &tensors, const TensorView &lr)
-      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
-    scalars_.lr_tensor = lr;  // read by the implementation when phase two runs
-  }
-  uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
-                 std::string *warning) override {
-    LazyAdamStats stats;
-    Status st = with_aclnn_name(
-        plan_.run(tensors_, scalars_, workspace, workspace_size, &stats, stream), "LazyAdam");
-    if (st.ok() && stats.rows_skipped_nonfinite > 0) {
-      *warning = str_cat(kOp, ": warning: ", stats.rows_skipped_nonfinite,
-                         " rows were left unchanged because their gradient is not finite");
-    }
-    return st;
-  }
-
- private:
-  LazyAdam plan_;
-  LazyAdamTensors tensors_;
-  LazyAdamScalars scalars_;
-};
-
+std::string warning(const LazyAdamProblem & /*p*/, const LazyAdamStats &st) {
+  if (st.rows_skipped_nonfinite == 0) return {};
+  return str_cat(kOp, ": warning: ", st.rows_skipped_nonfinite,
+                 " rows were left unchanged because their gradient is not finite");
+}
 }  // namespace
 }  // namespace fusekit
 
@@ -61,17 +42,21 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
                                 workspaceSize, executor);
     // lr is read before anything is written: it may share memory with the tables.
     if (st.ok()) st = check_scalar_tensor(kOp, "lr", l, DType::kFloat32, 0, {});
-    LazyAdam plan;
+    PlanStateOf<LazyAdamOp> plan;
     const LazyAdamTensors tensors{g, i, m, v, var};
     if (st.ok()) {
       LazyAdamOptions options;
       options.beta1 = beta1;
       options.beta2 = beta2;
       options.epsilon = epsilon;
-      st = plan_phase_one<LazyAdam, LazyAdamProblem>(tensors, options, "LazyAdam", &plan);
+      st = plan_phase_one<LazyAdamOp>(tensors, options, &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) ex = std::make_unique<LazyAdamExecutor>(plan, tensors, l);
+    if (st.ok()) {
+      LazyAdamScalars scalars;
+      scalars.lr_tensor = l;  // read by the implementation when phase two runs
+      ex = std::make_unique<PlanExecutor<LazyAdamOp>>(kOp, plan, tensors, scalars, warning);
+    }
     return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
   });
 }

@@ -8,6 +8,7 @@
 #include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/lazy_adam_quant.h"
+#include "lazy_adam_quant/lazy_adam_quant_impl.h"
 #include "runtime/acl_tensor.h"
 #include "runtime/executor.h"
 
@@ -16,33 +17,12 @@ namespace {
 
 constexpr const char *kOp = "aclnnLazyAdamQuant";
 
-class LazyAdamQuantExecutor final : public aclOpExecutor {
- public:
-  LazyAdamQuantExecutor(const LazyAdamQuant &plan, const LazyAdamQuantTensors &tensors,
-                        const TensorView &lr)
-      : aclOpExecutor(kOp), plan_(plan), tensors_(tensors) {
-    scalars_.lr_tensor = lr;  // read by the implementation when phase two runs
-  }
-  uint64_t workspace_size() const override { return plan_.workspace_size(); }
-  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
-                 std::string *warning) override {
-    LazyAdamQuantStats stats;
-    Status st = with_aclnn_name(
-        plan_.run(tensors_, scalars_, workspace, workspace_size, &stats, stream), "LazyAdamQuant");
-    if (st.ok() && stats.rows_skipped_nonfinite > 0) {
-      *warning = str_cat(kOp, ": warning: ", stats.rows_skipped_nonfinite,
-                         " rows were left unchanged because their gradient, or the new m, v, "
-                         "absmax or var the step would give them, is not finite");
-    }
-    return st;
-  }
-
- private:
-  LazyAdamQuant plan_;
-  LazyAdamQuantTensors tensors_;
-  LazyAdamQuantScalars scalars_;
-};
-
+std::string warning(const LazyAdamQuantProblem & /*p*/, const LazyAdamQuantStats &st) {
+  if (st.rows_skipped_nonfinite == 0) return {};
+  return str_cat(kOp, ": warning: ", st.rows_skipped_nonfinite,
+                 " rows were left unchanged because their gradient, or the new m, v, absmax or "
+                 "var the step would give them, is not finite");
+}
 }  // namespace
 }  // namespace fusekit
 
@@ -72,18 +52,21 @@ extern "C" aclnnStatus aclnnLazyAdamQuantGetWorkspaceSize(
           kOp, "lr", l, DType::kFloat32, 0,
           {{&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}, {&am, "absmaxM"}, {&av, "absmaxV"}});
     }
-    LazyAdamQuant plan;
+    PlanStateOf<LazyAdamQuantOp> plan;
     const LazyAdamQuantTensors tensors{g, i, m, v, var, qm, qv, am, av};
     if (st.ok()) {
       LazyAdamQuantOptions options;
       options.beta1 = beta1;
       options.beta2 = beta2;
       options.epsilon = epsilon;
-      st = plan_phase_one<LazyAdamQuant, LazyAdamQuantProblem>(tensors, options, "LazyAdamQuant",
-                                                               &plan);
+      st = plan_phase_one<LazyAdamQuantOp>(tensors, options, &plan);
     }
     std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) ex = std::make_unique<LazyAdamQuantExecutor>(plan, tensors, l);
+    if (st.ok()) {
+      LazyAdamQuantScalars scalars;
+      scalars.lr_tensor = l;  // read by the implementation when phase two runs
+      ex = std::make_unique<PlanExecutor<LazyAdamQuantOp>>(kOp, plan, tensors, scalars, warning);
+    }
     return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
   });
 }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "aclnn/acl_meta.h"
+#include "common/plan.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -66,17 +67,45 @@ Status check_scalar_tensor(
     const char *op, const char *name, const TensorView &scalar, DType dtype, int ndim,
     std::initializer_list<std::pair<const TensorView *, const char *>> written);
 
-// Phase one's plan through the C++ API: the problem of `tensors`, checked as phase two would
-// check it, planned; messages carry the aclnn name.
-template <class Plan, class Problem, class Tensors, class Options>
-Status plan_phase_one(const Tensors &tensors, const Options &options, const char *cpp_op,
-                      Plan *plan) {
-  Problem problem;
-  Status st = Problem::make(tensors, options, &problem);
+// Phase one's plan: the problem of `tensors`, checked as phase two would check it, planned;
+// messages carry the aclnn name.
+template <class Op>
+Status plan_phase_one(const typename Op::Tensors &tensors, const typename Op::Options &options,
+                      PlanStateOf<Op> *plan) {
+  typename Op::Problem problem;
+  Status st = Op::Problem::make(tensors, options, &problem);
   if (st.ok()) st = problem.check(tensors);  // phase one refuses what phase two would
-  if (st.ok()) st = Plan::plan(problem, options, plan);
-  return with_aclnn_name(st, cpp_op);
+  if (st.ok()) st = make_plan<Op>(problem, options, plan);
+  return with_aclnn_name(st, Op::kName);
 }
+
+// The executor of every aclnn face: the plan and tensors of phase one, the per-run scalars (a
+// scalar tensor is read by the implementation when phase two runs), and the operator's warning
+// for a run that left something unchanged (empty: none), recorded for aclGetRecentErrMsg.
+template <class Op>
+class PlanExecutor final : public aclOpExecutor {
+ public:
+  using Warning = std::string (*)(const typename Op::Problem &, const typename Op::Stats &);
+  PlanExecutor(const char *op, const PlanStateOf<Op> &plan, const typename Op::Tensors &tensors,
+               const typename Op::Scalars &scalars, Warning warning)
+      : aclOpExecutor(op), plan_(plan), tensors_(tensors), scalars_(scalars), warning_(warning) {}
+  uint64_t workspace_size() const override { return plan_.workspace_bytes; }
+  Status execute(void *workspace, uint64_t workspace_size, aclrtStream stream,
+                 std::string *warning) override {
+    typename Op::Stats stats;
+    const Status st = with_aclnn_name(
+        run_plan<Op>(plan_, tensors_, scalars_, workspace, workspace_size, &stats, stream),
+        Op::kName);
+    if (st.ok() && warning_ != nullptr) *warning = warning_(plan_.problem, stats);
+    return st;
+  }
+
+ private:
+  PlanStateOf<Op> plan_;
+  typename Op::Tensors tensors_;
+  typename Op::Scalars scalars_;
+  Warning warning_;
+};
 
 // Phase two: checks the workspace and stream, runs the executor and frees it (on failure too).
 aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
