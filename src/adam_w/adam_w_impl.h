@@ -19,6 +19,7 @@ struct AdamWOp {
   using Scalars = AdamWScalars;
   using Options = AdamWOptions;
   using Stats = AdamWStats;
+  // The list, in order of preference (adam_w_implementations.cc).
   static std::span<const Implementation<AdamWOp> *const> implementations();
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {{"var", true}, {"grad"}, {"m", true}, {"v", true}};
@@ -30,9 +31,6 @@ struct AdamWOp {
   static std::string result_fields(const Stats &st);
 };
 using AdamWImpl = Implementation<AdamWOp>;
-
-// The list, in order of preference (adam_w_implementations.cc).
-std::span<const AdamWImpl *const> adam_w_impls();
 
 }  // namespace fusekit
 

@@ -53,7 +53,7 @@ constexpr const AdamWImpl *kImpls[] = {&kCpuHwy, &kCpuReference};
 
 }  // namespace
 
-std::span<const AdamWImpl *const> adam_w_impls() {
+std::span<const AdamWImpl *const> AdamWOp::implementations() {
   return kImpls;
 }
 

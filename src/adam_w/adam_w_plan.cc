@@ -66,11 +66,7 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
   AdamWProblem p;
   p.desc = without_data<AdamWOp>(t);
   p.n = n;
-  p.beta1 = attr.beta1;
-  p.beta2 = attr.beta2;
-  p.weight_decay = attr.weight_decay;
-  p.eps = attr.eps;
-  p.gnorm_scale = attr.gnorm_scale;
+  set_adam_attributes(attr, &p);
   *out = p;
   return Status::Ok();
 }
@@ -79,9 +75,6 @@ Status AdamWProblem::check(const AdamWTensors &t) const {
   return check_bound<AdamWOp>(desc, t);
 }
 
-std::span<const AdamWImpl *const> AdamWOp::implementations() {
-  return adam_w_impls();
-}
 std::string AdamWOp::problem_fields(const AdamWProblem &p, const AdamWTensors & /*t*/) {
   return str_cat("n=", p.n, ",dtype=", dtype_name(p.desc.var.dtype));
 }

@@ -22,6 +22,7 @@ struct AddLoraOp {
   using Scalars = NoScalars;
   using Options = AddLoraOptions;
   using Stats = AddLoraStats;
+  // The list, in order of preference (add_lora_implementations.cc).
   static std::span<const Implementation<AddLoraOp> *const> implementations();
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {
@@ -34,9 +35,6 @@ struct AddLoraOp {
   static std::string result_fields(const Stats &st);
 };
 using AddLoraImpl = Implementation<AddLoraOp>;
-
-// The list, in order of preference (add_lora_implementations.cc).
-std::span<const AddLoraImpl *const> add_lora_impls();
 
 // The CPU implementations (add_lora_cpu.cc): the stages check, group, copy and compute, with
 // either the Highway kernel (its packed panels and per-thread scratch in the workspace) or the

@@ -32,7 +32,7 @@ constexpr const AddLoraImpl *kImpls[] = {&kCpuHwy, &kCpuReference};
 
 }  // namespace
 
-std::span<const AddLoraImpl *const> add_lora_impls() {
+std::span<const AddLoraImpl *const> AddLoraOp::implementations() {
   return kImpls;
 }
 

@@ -234,9 +234,6 @@ Status AddLoraProblem::check(const AddLoraTensors &t) const {
   return Status::Ok();
 }
 
-std::span<const AddLoraImpl *const> AddLoraOp::implementations() {
-  return add_lora_impls();
-}
 std::string AddLoraOp::problem_fields(const AddLoraProblem &p, const AddLoraTensors &t) {
   return str_cat("dtype=", dtype_name(p.desc.y.dtype), ",B=", p.b, ",H1=", p.h1, ",H2=", p.h2,
                  ",H3=", p.h3, ",R=", p.r, ",W=", p.w, ",weightA=", p.has_a ? "yes" : "no",

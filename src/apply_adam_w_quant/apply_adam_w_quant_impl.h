@@ -22,6 +22,7 @@ struct ApplyAdamWQuantOp {
   using Scalars = ApplyAdamWQuantScalars;
   using Options = ApplyAdamWQuantOptions;
   using Stats = ApplyAdamWQuantStats;
+  // The list, in order of preference (apply_adam_w_quant_implementations.cc).
   static std::span<const Implementation<ApplyAdamWQuantOp> *const> implementations();
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {{"varRef", true},       {"grad"},
@@ -36,9 +37,6 @@ struct ApplyAdamWQuantOp {
   static std::string result_fields(const Stats &st);
 };
 using ApplyAdamWQuantImpl = Implementation<ApplyAdamWQuantOp>;
-
-// The list, in order of preference (apply_adam_w_quant_implementations.cc).
-std::span<const ApplyAdamWQuantImpl *const> apply_adam_w_quant_impls();
 
 // What the CPU run (apply_adam_w_quant_cpu.cc) needs to know of a CPU implementation's kernel.
 struct AdamWQuantCpuKernel {

@@ -73,7 +73,7 @@ constexpr const ApplyAdamWQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCp
 
 }  // namespace
 
-std::span<const ApplyAdamWQuantImpl *const> apply_adam_w_quant_impls() {
+std::span<const ApplyAdamWQuantImpl *const> ApplyAdamWQuantOp::implementations() {
   return kImpls;
 }
 

@@ -140,11 +140,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
   p.blocks = blocks;
   p.contiguous =
       var.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous();
-  p.beta1 = attr.beta1;
-  p.beta2 = attr.beta2;
-  p.weight_decay = attr.weight_decay;
-  p.eps = attr.eps;
-  p.gnorm_scale = attr.gnorm_scale;
+  set_adam_attributes(attr, &p);
   *out = p;
   return Status::Ok();
 }
@@ -153,9 +149,6 @@ Status ApplyAdamWQuantProblem::check(const ApplyAdamWQuantTensors &t) const {
   return check_bound<ApplyAdamWQuantOp>(desc, t);
 }
 
-std::span<const ApplyAdamWQuantImpl *const> ApplyAdamWQuantOp::implementations() {
-  return apply_adam_w_quant_impls();
-}
 std::string ApplyAdamWQuantOp::problem_fields(const ApplyAdamWQuantProblem &p,
                                               const ApplyAdamWQuantTensors & /*t*/) {
   return str_cat("n=", p.n, ",blocks=", p.blocks, ",dtype=", dtype_name(p.desc.var.dtype),

@@ -144,6 +144,38 @@ inline Status check_adam_attributes(const char *op, double beta1, double beta2, 
   return Status::Ok();
 }
 
+// LazyAdam's and LazyAdamQuant's attributes, checked as the kernel uses them, in float32: a beta in
+// [0, 1) (so that 1 - 1e-9, which rounds to 1.0f and would freeze m or v, is refused), epsilon
+// finite and > 0. Converted to float32 into *beta1_f, *beta2_f, *epsilon_f.
+inline Status check_lazy_adam_attributes(const char *op, double beta1, double beta2, double epsilon,
+                                         float *beta1_f, float *beta2_f, float *epsilon_f) {
+  for (const auto &[value, name] : {std::pair{beta1, "beta1"}, {beta2, "beta2"}}) {
+    if (!(value >= 0.0 && static_cast<float>(value) < 1.0f)) {
+      return Status::Invalid(
+          str_cat(op, ": ", name, " = ", value, " must be in [0, 1) in float32"));
+    }
+  }
+  if (!(std::isfinite(epsilon) && epsilon > 0.0 && static_cast<float>(epsilon) > 0.0f &&
+        std::isfinite(static_cast<float>(epsilon)))) {
+    return Status::Invalid(
+        str_cat(op, ": epsilon = ", epsilon, " must be finite and > 0 in float32"));
+  }
+  *beta1_f = static_cast<float>(beta1);
+  *beta2_f = static_cast<float>(beta2);
+  *epsilon_f = static_cast<float>(epsilon);
+  return Status::Ok();
+}
+
+// Copies the float32 attributes into a problem (AdamWProblem, ApplyAdamWQuantProblem).
+template <class Problem>
+void set_adam_attributes(const AdamAttributes &a, Problem *p) {
+  p->beta1 = a.beta1;
+  p->beta2 = a.beta2;
+  p->weight_decay = a.weight_decay;
+  p->eps = a.eps;
+  p->gnorm_scale = a.gnorm_scale;
+}
+
 // The learning rate: finite and >= 0 as a double and in float32.
 inline Status check_adam_lr(const char *op, double lr) {
   return adam_detail::check_attr(op, "lr", lr, lr >= 0.0,

@@ -21,6 +21,7 @@ struct LazyAdamOp {
   using Scalars = LazyAdamScalars;
   using Options = LazyAdamOptions;
   using Stats = LazyAdamStats;
+  // The list, in order of preference (lazy_adam_implementations.cc).
   static std::span<const Implementation<LazyAdamOp> *const> implementations();
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {
@@ -33,9 +34,6 @@ struct LazyAdamOp {
   static std::string result_fields(const Stats &st);
 };
 using LazyAdamImpl = Implementation<LazyAdamOp>;
-
-// The list, in order of preference (lazy_adam_implementations.cc).
-std::span<const LazyAdamImpl *const> lazy_adam_impls();
 
 // The CPU implementations' run: the stages check, group and update (lazy_adam_cpu.cc), with the
 // row kernel and the prefetch distance of the implementation.

@@ -42,7 +42,7 @@ constexpr const LazyAdamImpl *kImpls[] = {&kCpuHwy, &kCpuReference};
 
 }  // namespace
 
-std::span<const LazyAdamImpl *const> lazy_adam_impls() {
+std::span<const LazyAdamImpl *const> LazyAdamOp::implementations() {
   return kImpls;
 }
 

@@ -8,6 +8,7 @@
 #include <new>
 #include <utility>
 
+#include "common/adam_update.h"
 #include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
@@ -94,28 +95,13 @@ Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &op
         str_cat(kOp, ": ", n, " indices into ", rows,
                 " rows exceeds this implementation's limit of 2^32 - 1 of each"));
   }
-  // The rule of every fusekit optimizer: a beta is checked as the kernel uses it, in float32, so
-  // that 1 - 1e-9 (which rounds to 1.0f and would freeze m or v) is refused.
-  for (const auto &[value, name] : {std::pair{options.beta1, "beta1"}, {options.beta2, "beta2"}}) {
-    if (!(value >= 0.0 && static_cast<float>(value) < 1.0f)) {
-      return Status::Invalid(
-          str_cat(kOp, ": ", name, " = ", value, " must be in [0, 1) in float32"));
-    }
-  }
-  if (!(std::isfinite(options.epsilon) && options.epsilon > 0.0 &&
-        static_cast<float>(options.epsilon) > 0.0f &&
-        std::isfinite(static_cast<float>(options.epsilon)))) {
-    return Status::Invalid(
-        str_cat(kOp, ": epsilon = ", options.epsilon, " must be finite and > 0 in float32"));
-  }
   LazyAdamProblem p;
+  FUSEKIT_RETURN_IF_ERROR(check_lazy_adam_attributes(
+      kOp, options.beta1, options.beta2, options.epsilon, &p.beta1, &p.beta2, &p.epsilon));
   p.desc = without_data<LazyAdamOp>(t);
   p.n = n;
   p.d = m.shape[1];
   p.rows = rows;
-  p.beta1 = static_cast<float>(options.beta1);
-  p.beta2 = static_cast<float>(options.beta2);
-  p.epsilon = static_cast<float>(options.epsilon);
   *out = p;
   return Status::Ok();
 }
@@ -124,9 +110,6 @@ Status LazyAdamProblem::check(const LazyAdamTensors &t) const {
   return check_bound<LazyAdamOp>(desc, t);
 }
 
-std::span<const LazyAdamImpl *const> LazyAdamOp::implementations() {
-  return lazy_adam_impls();
-}
 std::string LazyAdamOp::problem_fields(const LazyAdamProblem &p, const LazyAdamTensors & /*t*/) {
   return str_cat("N=", p.n, ",R=", p.rows, ",D=", p.d, ",index=", dtype_name(p.desc.indices.dtype));
 }

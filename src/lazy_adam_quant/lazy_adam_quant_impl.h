@@ -22,6 +22,7 @@ struct LazyAdamQuantOp {
   using Scalars = LazyAdamQuantScalars;
   using Options = LazyAdamQuantOptions;
   using Stats = LazyAdamQuantStats;
+  // The list, in order of preference (lazy_adam_quant_implementations.cc).
   static std::span<const Implementation<LazyAdamQuantOp> *const> implementations();
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {
@@ -37,9 +38,6 @@ struct LazyAdamQuantOp {
   static std::string result_fields(const Stats &st);
 };
 using LazyAdamQuantImpl = Implementation<LazyAdamQuantOp>;
-
-// The list, in order of preference (lazy_adam_quant_implementations.cc).
-std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_impls();
 
 // What the CPU run (lazy_adam_quant_cpu.cc) needs to know of a CPU implementation's kernel.
 struct LazyAdamQuantCpuKernel {

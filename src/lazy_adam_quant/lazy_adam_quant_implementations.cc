@@ -89,7 +89,7 @@ constexpr const LazyAdamQuantImpl *kImpls[] = {&kCpuAvx512Vbmi, &kCpuHwy, &kCpuH
 
 }  // namespace
 
-std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_impls() {
+std::span<const LazyAdamQuantImpl *const> LazyAdamQuantOp::implementations() {
   return kImpls;
 }
 

@@ -10,6 +10,7 @@
 #include <new>
 #include <utility>
 
+#include "common/adam_update.h"
 #include "common/plan.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
@@ -141,29 +142,14 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
   }
   FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_m, "qmapM"));
   FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_v, "qmapV"));
-  // LazyAdam's rule: a beta is checked as the kernel uses it, in float32, so that 1 - 1e-9 (which
-  // rounds to 1.0f and would freeze m or v) is refused.
-  for (const auto &[value, name] : {std::pair{options.beta1, "beta1"}, {options.beta2, "beta2"}}) {
-    if (!(value >= 0.0 && static_cast<float>(value) < 1.0f)) {
-      return Status::Invalid(
-          str_cat(kOp, ": ", name, " = ", value, " must be in [0, 1) in float32"));
-    }
-  }
-  if (!(std::isfinite(options.epsilon) && options.epsilon > 0.0 &&
-        static_cast<float>(options.epsilon) > 0.0f &&
-        std::isfinite(static_cast<float>(options.epsilon)))) {
-    return Status::Invalid(
-        str_cat(kOp, ": epsilon = ", options.epsilon, " must be finite and > 0 in float32"));
-  }
   LazyAdamQuantProblem p;
+  FUSEKIT_RETURN_IF_ERROR(check_lazy_adam_attributes(
+      kOp, options.beta1, options.beta2, options.epsilon, &p.beta1, &p.beta2, &p.epsilon));
   p.desc = without_data<LazyAdamQuantOp>(t);
   p.n = n;
   p.d = d;
   p.rows = rows;
   p.blocks = blocks;
-  p.beta1 = static_cast<float>(options.beta1);
-  p.beta2 = static_cast<float>(options.beta2);
-  p.epsilon = static_cast<float>(options.epsilon);
   *out = p;
   return Status::Ok();
 }
@@ -172,9 +158,6 @@ Status LazyAdamQuantProblem::check(const LazyAdamQuantTensors &t) const {
   return check_bound<LazyAdamQuantOp>(desc, t);
 }
 
-std::span<const LazyAdamQuantImpl *const> LazyAdamQuantOp::implementations() {
-  return lazy_adam_quant_impls();
-}
 std::string LazyAdamQuantOp::problem_fields(const LazyAdamQuantProblem &p,
                                             const LazyAdamQuantTensors & /*t*/) {
   return str_cat("N=", p.n, ",R=", p.rows, ",D=", p.d, ",dtype=", dtype_name(p.desc.var.dtype),
