@@ -15,23 +15,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_add_lora.h"
-
-#define CHECK_RET(cond, return_expr) \
-  do {                               \
-    if (!(cond)) {                   \
-      return_expr;                   \
-    }                                \
-  } while (0)
-
-#define LOG_PRINT(message, ...)     \
-  do {                              \
-    printf(message, ##__VA_ARGS__); \
-  } while (0)
-
-using StreamPtr =
-    std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
-using DeviceMemPtr = std::unique_ptr<void, decltype(&aclrtFree)>;
-using TensorPtr = std::unique_ptr<aclTensor, decltype(&aclDestroyTensor)>;
+#include "common/acl_example.h"
 
 // float16 bits of a normal float, rounded to nearest even (the example's values are normal).
 uint16_t ToHalf(double v) {
@@ -52,26 +36,6 @@ double FromHalf(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
-int CreateAclTensor(const void *hostData, size_t bytes, const std::vector<int64_t> &shape,
-                    aclDataType dataType, DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
-  void *raw = nullptr;
-  auto ret = aclrtMalloc(&raw, bytes, ACL_MEM_MALLOC_HUGE_FIRST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
-  deviceAddr.reset(raw);
-  ret = aclrtMemcpy(deviceAddr.get(), bytes, hostData, bytes, ACL_MEMCPY_HOST_TO_DEVICE);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--)
-    strides[i] = shape[i + 1] * strides[i + 1];
-  aclTensor *t =
-      aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0,
-                      aclFormat::ACL_FORMAT_ND, shape.data(), shape.size(), deviceAddr.get());
-  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg());
-            return ACL_ERROR_FAILURE);
-  tensor.reset(t);
-  return ACL_SUCCESS;
-}
-
 // Runs the two phases; returns 0 on success.
 int RunAddLora(aclTensor *y, aclTensor *x, aclTensor *wb, aclTensor *idx, aclTensor *wa,
                aclTensor *out, aclrtStream stream) {
@@ -83,33 +47,15 @@ int RunAddLora(aclTensor *y, aclTensor *x, aclTensor *wb, aclTensor *idx, aclTen
   CHECK_RET(ret == ACL_SUCCESS,
             LOG_PRINT("aclnnAddLoraGetWorkspaceSize failed: %s\n", aclGetRecentErrMsg());
             return 1);
-  DeviceMemPtr workspace(nullptr, &aclrtFree);
-  if (workspaceSize > 0) {
-    void *raw = nullptr;
-    ret = aclrtMalloc(&raw, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("workspace allocation failed. ERROR: %d\n", ret);
-              return 1);
-    workspace.reset(raw);
-  }
-  ret = aclnnAddLora(workspace.get(), workspaceSize, executor, stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnAddLora failed: %s\n", aclGetRecentErrMsg());
-            return 1);
-  ret = aclrtSynchronizeStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret);
-            return 1);
+  ret = RunWithWorkspace("aclnnAddLora", aclnnAddLora, workspaceSize, executor, stream);
+  CHECK_RET(ret == ACL_SUCCESS, return 1);
   return 0;
 }
 
 int main() {
-  int32_t deviceId = 0;
-  auto ret = aclInit(nullptr);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclInit failed. ERROR: %d\n", ret); return 1);
-  ret = aclrtSetDevice(deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret); return 1);
-  aclrtStream rawStream = nullptr;
-  ret = aclrtCreateStream(&rawStream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret); return 1);
-  StreamPtr stream(rawStream, &aclrtDestroyStream);
+  AclSession session;
+  CHECK_RET(session.ok, return 1);
+  aclrtStream stream = session.stream.get();
 
   const int64_t B = 3, H1 = 8, H2 = 16, H3 = 48, R = 4, W = 2, L = 2, layer = 1, yOffset = 32;
   const double scale = 0.5;
@@ -189,15 +135,14 @@ int main() {
   };
 
   // 1. Out of place: out gets the result, y is untouched.
-  CHECK_RET(RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), outT.get(),
-                       stream.get()) == 0,
-            return 1);
+  CHECK_RET(
+      RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), outT.get(), stream) == 0,
+      return 1);
   compare(outDev, expected, "out");
   compare(yDev, yh, "y (must be untouched)");
   // 2. In place: out is y.
-  CHECK_RET(
-      RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), yT.get(), stream.get()) == 0,
-      return 1);
+  CHECK_RET(RunAddLora(yT.get(), xT.get(), wbT.get(), idxT.get(), waT.get(), yT.get(), stream) == 0,
+            return 1);
   compare(yDev, expected, "y (in place)");
 
   for (int64_t b = 0; b < B; ++b) {
@@ -208,7 +153,5 @@ int main() {
   }
   LOG_PRINT("%s\n", failures == 0 ? "AddLora example: all elements as expected"
                                   : "AddLora example: FAILED");
-  aclrtResetDevice(deviceId);
-  aclFinalize();
   return failures == 0 ? 0 : 1;
 }

@@ -13,45 +13,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_apply_adam_w_quant.h"
-
-#define CHECK_RET(cond, return_expr) \
-  do {                               \
-    if (!(cond)) {                   \
-      return_expr;                   \
-    }                                \
-  } while (0)
-
-#define LOG_PRINT(message, ...)     \
-  do {                              \
-    printf(message, ##__VA_ARGS__); \
-  } while (0)
-
-using StreamPtr =
-    std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
-using DeviceMemPtr = std::unique_ptr<void, decltype(&aclrtFree)>;
-using TensorPtr = std::unique_ptr<aclTensor, decltype(&aclDestroyTensor)>;
-
-template <typename T>
-int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &shape,
-                    aclDataType dataType, DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
-  const size_t size = hostData.size() * sizeof(T);
-  void *raw = nullptr;
-  auto ret = aclrtMalloc(&raw, size, ACL_MEM_MALLOC_HUGE_FIRST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
-  deviceAddr.reset(raw);
-  ret = aclrtMemcpy(deviceAddr.get(), size, hostData.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--)
-    strides[i] = shape[i + 1] * strides[i + 1];
-  aclTensor *t =
-      aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0,
-                      aclFormat::ACL_FORMAT_ND, shape.data(), shape.size(), deviceAddr.get());
-  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg());
-            return ACL_ERROR_FAILURE);
-  tensor.reset(t);
-  return ACL_SUCCESS;
-}
+#include "common/acl_example.h"
 
 // A 256-entry ascending map: linspace(lo, hi) (CANN's tests use these).
 std::vector<float> Linspace(float lo, float hi) {
@@ -62,15 +24,10 @@ std::vector<float> Linspace(float lo, float hi) {
 }
 
 int main() {
-  int32_t deviceId = 0;
-  auto ret = aclInit(nullptr);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclInit failed. ERROR: %d\n", ret); return 1);
-  ret = aclrtSetDevice(deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret); return 1);
-  aclrtStream rawStream = nullptr;
-  ret = aclrtCreateStream(&rawStream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret); return 1);
-  StreamPtr stream(rawStream, &aclrtDestroyStream);
+  AclSession session;
+  CHECK_RET(session.ok, return 1);
+  aclrtStream stream = session.stream.get();
+  int ret = ACL_SUCCESS;
 
   const std::vector<int64_t> shape = {4, 250};
   const int64_t n = 1000, blocks = (n + 255) / 256;
@@ -127,21 +84,9 @@ int main() {
             LOG_PRINT("aclnnApplyAdamWQuantGetWorkspaceSize failed. ERROR: %d (%s)\n", ret,
                       aclGetRecentErrMsg());
             return 1);
-  DeviceMemPtr workspace(nullptr, &aclrtFree);
-  if (workspaceSize > 0) {
-    void *raw = nullptr;
-    ret = aclrtMalloc(&raw, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret);
-              return 1);
-    workspace.reset(raw);
-  }
-  ret = aclnnApplyAdamWQuant(workspace.get(), workspaceSize, executor, stream.get());
-  CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnApplyAdamWQuant failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
-            return 1);
-  ret = aclrtSynchronizeStream(stream.get());
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret);
-            return 1);
+  ret = RunWithWorkspace("aclnnApplyAdamWQuant", aclnnApplyAdamWQuant, workspaceSize, executor,
+                         stream);
+  CHECK_RET(ret == ACL_SUCCESS, return 1);
 
   std::vector<float> outVar(n), outAbsmaxM(blocks);
   std::vector<uint8_t> outM(n);
@@ -186,8 +131,5 @@ int main() {
     LOG_PRINT("result[%ld] is: %f\n", static_cast<long>(i), outVar[i]);
   LOG_PRINT("%s: %d mismatches in %ld elements and %ld blocks\n", bad == 0 ? "PASS" : "FAIL", bad,
             static_cast<long>(n), static_cast<long>(blocks));
-
-  aclrtResetDevice(deviceId);
-  aclFinalize();
   return bad == 0 ? 0 : 1;
 }

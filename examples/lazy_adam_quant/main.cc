@@ -17,51 +17,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_lazy_adam_quant.h"
-
-#define CHECK_RET(cond, return_expr) \
-  do {                               \
-    if (!(cond)) {                   \
-      return_expr;                   \
-    }                                \
-  } while (0)
-
-#define LOG_PRINT(message, ...)     \
-  do {                              \
-    printf(message, ##__VA_ARGS__); \
-  } while (0)
-
-using StreamPtr =
-    std::unique_ptr<std::remove_pointer<aclrtStream>::type, decltype(&aclrtDestroyStream)>;
-using DeviceMemPtr = std::unique_ptr<void, decltype(&aclrtFree)>;
-using TensorPtr = std::unique_ptr<aclTensor, decltype(&aclDestroyTensor)>;
-
-template <typename T>
-int CreateAclTensor(const std::vector<T> &hostData, const std::vector<int64_t> &shape,
-                    aclDataType dataType, DeviceMemPtr &deviceAddr, TensorPtr &tensor) {
-  const size_t size = hostData.size() * sizeof(T);
-  void *raw = nullptr;
-  auto ret = aclrtMalloc(&raw, size, ACL_MEM_MALLOC_HUGE_FIRST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
-  deviceAddr.reset(raw);
-  ret = aclrtMemcpy(deviceAddr.get(), size, hostData.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--)
-    strides[i] = shape[i + 1] * strides[i + 1];
-  aclTensor *t =
-      aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0,
-                      aclFormat::ACL_FORMAT_ND, shape.data(), shape.size(), deviceAddr.get());
-  CHECK_RET(t != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg());
-            return ACL_ERROR_FAILURE);
-  tensor.reset(t);
-  return ACL_SUCCESS;
-}
-
-template <typename T>
-int CopyBack(std::vector<T> &host, const DeviceMemPtr &dev) {
-  const size_t size = host.size() * sizeof(T);
-  return aclrtMemcpy(host.data(), size, dev.get(), size, ACL_MEMCPY_DEVICE_TO_HOST);
-}
+#include "common/acl_example.h"
 
 // A 256-entry ascending map: linspace(lo, hi) (CANN's tests of the 8-bit optimizer use these).
 std::vector<float> Linspace(float lo, float hi) {
@@ -72,15 +28,10 @@ std::vector<float> Linspace(float lo, float hi) {
 }
 
 int main() {
-  int32_t deviceId = 0;
-  auto ret = aclInit(nullptr);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclInit failed. ERROR: %d\n", ret); return 1);
-  ret = aclrtSetDevice(deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret); return 1);
-  aclrtStream rawStream = nullptr;
-  ret = aclrtCreateStream(&rawStream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret); return 1);
-  StreamPtr stream(rawStream, &aclrtDestroyStream);
+  AclSession session;
+  CHECK_RET(session.ok, return 1);
+  aclrtStream stream = session.stream.get();
+  int ret = ACL_SUCCESS;
 
   const int64_t rows = 10, dim = 8, n = 5, blocks = (dim + 255) / 256;
   std::vector<float> var(rows * dim), grad(n * dim);
@@ -125,21 +76,8 @@ int main() {
             LOG_PRINT("aclnnLazyAdamQuantGetWorkspaceSize failed. ERROR: %d (%s)\n", ret,
                       aclGetRecentErrMsg());
             return 1);
-  DeviceMemPtr workspace(nullptr, &aclrtFree);
-  if (workspaceSize > 0) {
-    void *raw = nullptr;
-    ret = aclrtMalloc(&raw, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret);
-              return 1);
-    workspace.reset(raw);
-  }
-  ret = aclnnLazyAdamQuant(workspace.get(), workspaceSize, executor, stream.get());
-  CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnLazyAdamQuant failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
-            return 1);
-  ret = aclrtSynchronizeStream(stream.get());
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret);
-            return 1);
+  ret = RunWithWorkspace("aclnnLazyAdamQuant", aclnnLazyAdamQuant, workspaceSize, executor, stream);
+  CHECK_RET(ret == ACL_SUCCESS, return 1);
 
   std::vector<float> outVar(rows * dim), outAbsmaxM(rows * blocks), outAbsmaxV(rows * blocks);
   std::vector<uint8_t> outM(rows * dim), outV(rows * dim);
@@ -205,8 +143,5 @@ int main() {
       "(float32 m and v)\n",
       static_cast<long>(2 * dim + 8 * blocks), static_cast<long>(8 * dim));
   LOG_PRINT("%s: %d differences from the formula\n", bad == 0 ? "OK" : "FAILED", bad);
-  stream.reset();
-  aclrtResetDevice(deviceId);
-  aclFinalize();
   return bad == 0 ? 0 : 1;
 }
