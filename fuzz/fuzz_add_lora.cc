@@ -73,11 +73,7 @@ double max_of(int32_t dt) {
 }
 
 void run_one(const uint8_t *data, size_t size) {
-  fz::Input in(data, size);
-  Case c;
-  decode_into(in, &c);
-  fz::g_outcome = fz::Outcome();
-  fz::apply_threads(c.ph);
+  const Case c = fz::begin_case<Case>(data, size, decode_into);
   fz::World w(c.ph.seed);
   aclTensor *t[kNumArgs];
   for (int i = 0; i < kNumArgs; ++i) {

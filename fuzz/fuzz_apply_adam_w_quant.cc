@@ -85,11 +85,7 @@ bool is_finite_elem(const uint8_t *p, int32_t dtype) {
 }
 
 void run_one(const uint8_t *data, size_t size) {
-  fz::Input in(data, size);
-  Case c;
-  decode_into(in, &c);
-  fz::g_outcome = fz::Outcome();
-  fz::apply_threads(c.ph);
+  const Case c = fz::begin_case<Case>(data, size, decode_into);
   fz::World w(c.ph.seed);
   static const Fill kFills[kNumArgs] = {Fill::kFloat,  Fill::kFloat,      Fill::kCodes,
                                         Fill::kCodes,  Fill::kQmapSigned, Fill::kQmapUnsigned,

@@ -1428,6 +1428,18 @@ inline bool run_phases(World &w, const Phases &p, int st, uint64_t ws_size, aclO
   return true;
 }
 
+// The start of every operator target's run: the case decoded from the input, the outcome reset,
+// the case's thread count applied.
+template <class Case>
+Case begin_case(const uint8_t *data, size_t size, void (*decode)(Input &, Case *)) {
+  Input in(data, size);
+  Case c;
+  decode(in, &c);
+  g_outcome = Outcome();
+  apply_threads(c.ph);
+  return c;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The reference check every operator's target ends with
 // ---------------------------------------------------------------------------------------------

@@ -71,11 +71,7 @@ int64_t table_elem(const fz::World &w, int t, int64_t row, int64_t j) {
 }
 
 void run_one(const uint8_t *data, size_t size) {
-  fz::Input in(data, size);
-  Case c;
-  decode_into(in, &c);
-  fz::g_outcome = fz::Outcome();
-  fz::apply_threads(c.ph);
+  const Case c = fz::begin_case<Case>(data, size, decode_into);
   fz::World w(c.ph.seed);
   aclTensor *g = w.add(c.t[kGrad], Fill::kFloat);
   aclTensor *i = w.add(c.t[kIdx], Fill::kIndex, c.t[kM].dims[0]);

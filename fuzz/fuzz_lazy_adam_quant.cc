@@ -82,11 +82,7 @@ int64_t elem(const fz::World &w, int t, int64_t row, int64_t j) {
 }
 
 void run_one(const uint8_t *data, size_t size) {
-  fz::Input in(data, size);
-  Case c;
-  decode_into(in, &c);
-  fz::g_outcome = fz::Outcome();
-  fz::apply_threads(c.ph);
+  const Case c = fz::begin_case<Case>(data, size, decode_into);
   fz::World w(c.ph.seed);
   static const Fill kFills[kNumArgs] = {
       Fill::kFloat,      Fill::kIndex,        Fill::kCodes,  Fill::kCodes,  Fill::kFloat,
