@@ -178,4 +178,44 @@ void release(DeviceTensor &t) {
   t = DeviceTensor();
 }
 
+aclrtStream start_acl() {
+  if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
+  aclrtStream stream = nullptr;
+  if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  return stream;
+}
+
+void finish_acl(aclrtStream stream) {
+  aclrtDestroyStream(stream);
+  aclrtResetDevice(0);
+  aclFinalize();
+}
+
+void write_outputs(const std::string &dir,
+                   std::initializer_list<std::pair<const DeviceTensor *, const char *>> outputs) {
+  for (const auto &[t, name] : outputs) {
+    const std::vector<char> host = download(*t);
+    write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
+  }
+}
+
+void write_run_stats(const std::string &dir, const OpCall &call, const CallSeconds &first,
+                     const SteadySeconds &steady, double amount, const char *unit,
+                     const std::string &shape, const std::string &message) {
+  char time_ms[32], rate[48], plan_ms[32];
+  std::snprintf(time_ms, sizeof time_ms, "%.2f", steady.median * 1e3);
+  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", first.phase_one * 1e3);
+  std::snprintf(rate, sizeof rate, "%.2f %s", amount / steady.median * 1e-9, unit);
+  std::map<std::string, std::string> stats = {
+      {"time_ms", time_ms},
+      {"first_call_ms", ms(first.run)},
+      {"steady_runs", std::to_string(steady.runs)},
+      {"phase_one_ms", plan_ms},
+      {"rate", rate},
+      {"shape", shape},
+      {"workspace_bytes", std::to_string(call.workspace_size())}};
+  if (!message.empty()) stats["message"] = message;
+  write_stats(dir, stats);
+}
+
 }  // namespace fusekit::tools

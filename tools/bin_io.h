@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "acl/acl.h"
@@ -95,6 +97,21 @@ DeviceTensor upload(const std::vector<char> &host, const std::vector<int64_t> &s
                     aclDataType dt);
 std::vector<char> download(const DeviceTensor &t);
 void release(DeviceTensor &t);
+
+// aclInit, device 0 and a stream (exits on failure); finish_acl undoes them.
+aclrtStream start_acl();
+void finish_acl(aclrtStream stream);
+
+// Each tensor copied back and written to <dir>/output/<name>.bin.
+void write_outputs(const std::string &dir,
+                   std::initializer_list<std::pair<const DeviceTensor *, const char *>> outputs);
+
+// run_stats.txt of a runner: the steady time (median), the first call, the steady runs, phase one,
+// the rate (`amount` per second, in `unit`: "GB/s" of bytes, "GFLOP/s" of operations), the shape,
+// the workspace and, when not empty, the library's message (a skipped-row count).
+void write_run_stats(const std::string &dir, const OpCall &call, const CallSeconds &first,
+                     const SteadySeconds &steady, double amount, const char *unit,
+                     const std::string &shape, const std::string &message = "");
 
 }  // namespace fusekit::tools
 

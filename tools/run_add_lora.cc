@@ -12,7 +12,6 @@
 using fusekit::tools::die;
 
 using fusekit::tools::DeviceTensor;
-using fusekit::tools::download;
 using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
@@ -27,9 +26,7 @@ int main(int argc, char **argv) {
                          : dtype == "bfloat16" ? ACL_BF16
                                                : ACL_FLOAT;
   const size_t es = dt == ACL_FLOAT ? 4 : 2;
-  if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
-  aclrtStream stream = nullptr;
-  if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  aclrtStream stream = fusekit::tools::start_acl();
 
   const std::string in = dir + "/input/";
   DeviceTensor x = upload(fusekit::tools::read_bin(in + "x.bin"), {B, H1}, dt);
@@ -53,33 +50,17 @@ int main(int argc, char **argv) {
       aclnnAddLora);
   const fusekit::tools::CallSeconds first = call();
 
-  const std::vector<char> out_host = download(out), y_host = download(y);
-  fusekit::tools::write_bin(dir + "/output/out.bin", out_host.data(), out_host.size());
-  fusekit::tools::write_bin(dir + "/output/y.bin", y_host.data(), y_host.size());
-
+  fusekit::tools::write_outputs(dir, {{&out, "out"}, {&y, "y"}});
   const double flops =
       2.0 * static_cast<double>(B) * static_cast<double>(R) * static_cast<double>(H1 + H2);
   const fusekit::tools::SteadySeconds steady = call.steady();
-  const double run_s = steady.median;
-  char time_ms[32], rate[32], plan_ms[32];
-  std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
-  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", first.phase_one * 1e3);
-  std::snprintf(rate, sizeof rate, "%.2f GFLOP/s", flops / run_s * 1e-9);
-  fusekit::tools::write_stats(
-      dir, {{"time_ms", time_ms},
-            {"first_call_ms", fusekit::tools::ms(first.run)},
-            {"steady_runs", std::to_string(steady.runs)},
-            {"phase_one_ms", plan_ms},
-            {"rate", rate},
-            {"shape", "B=" + std::to_string(B) + " H1=" + std::to_string(H1) +
-                          " H2=" + std::to_string(H2) + " R=" + std::to_string(R) +
-                          " W=" + std::to_string(W) + " " + dtype},
-            {"workspace_bytes", std::to_string(call.workspace_size())}});
+  fusekit::tools::write_run_stats(dir, call, first, steady, flops, "GFLOP/s",
+                                  "B=" + std::to_string(B) + " H1=" + std::to_string(H1) +
+                                      " H2=" + std::to_string(H2) + " R=" + std::to_string(R) +
+                                      " W=" + std::to_string(W) + " " + dtype);
   for (auto *t : {&x, &y, &wa, &wb, &idx, &out}) {
     fusekit::tools::release(*t);
   }
-  aclrtDestroyStream(stream);
-  aclrtResetDevice(0);
-  aclFinalize();
+  fusekit::tools::finish_acl(stream);
   return 0;
 }

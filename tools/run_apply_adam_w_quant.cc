@@ -12,7 +12,6 @@
 using fusekit::tools::die;
 
 using fusekit::tools::DeviceTensor;
-using fusekit::tools::download;
 using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
@@ -26,9 +25,7 @@ int main(int argc, char **argv) {
                          : dtype == "bfloat16" ? ACL_BF16
                                                : ACL_FLOAT;
   const double elem = dtype == "float32" ? 4.0 : 2.0;
-  if (aclInit(nullptr) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) die("acl init failed");
-  aclrtStream stream = nullptr;
-  if (aclrtCreateStream(&stream) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  aclrtStream stream = fusekit::tools::start_acl();
 
   auto in = [&](const char *name) {
     return fusekit::tools::read_bin(dir + "/input/" + name + ".bin");
@@ -59,35 +56,16 @@ int main(int argc, char **argv) {
   const std::string warning = aclGetRecentErrMsg();  // the skipped-block count, if any
 
   const double bytes = static_cast<double>(n) * (3.0 * elem + 4.0);  // var r+w, grad r, m and v r+w
-  const std::pair<DeviceTensor *, const char *> outs[] = {
-      {&var, "var"}, {&m, "m"}, {&v, "v"}, {&am, "absmax_m"}, {&av, "absmax_v"}};
-  for (const auto &[t, name] : outs) {
-    std::vector<char> host(t->bytes);
-    if (t->bytes > 0)
-      aclrtMemcpy(host.data(), host.size(), t->ptr, t->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
-    fusekit::tools::write_bin(dir + "/output/" + name + ".bin", host.data(), host.size());
-  }
+  fusekit::tools::write_outputs(
+      dir, {{&var, "var"}, {&m, "m"}, {&v, "v"}, {&am, "absmax_m"}, {&av, "absmax_v"}});
   const fusekit::tools::SteadySeconds steady = call.steady();
-  const double run_s = steady.median;
-  char time_ms[32], rate[32], plan_ms[32], shape[96];
+  char shape[128];
   std::snprintf(shape, sizeof shape, "[%lld, %lld] %s", static_cast<long long>(rows),
                 static_cast<long long>(cols), dtype.c_str());
-  std::snprintf(time_ms, sizeof time_ms, "%.2f", run_s * 1e3);
-  std::snprintf(plan_ms, sizeof plan_ms, "%.3f", first.phase_one * 1e3);
-  std::snprintf(rate, sizeof rate, "%.2f GB/s", bytes / run_s * 1e-9);
-  fusekit::tools::write_stats(dir, {{"time_ms", time_ms},
-                                    {"first_call_ms", fusekit::tools::ms(first.run)},
-                                    {"steady_runs", std::to_string(steady.runs)},
-                                    {"phase_one_ms", plan_ms},
-                                    {"rate", rate},
-                                    {"shape", shape},
-                                    {"workspace_bytes", std::to_string(call.workspace_size())},
-                                    {"message", warning.empty() ? "-" : warning}});
+  fusekit::tools::write_run_stats(dir, call, first, steady, bytes, "GB/s", shape, warning);
   for (auto *t : {&var, &grad, &m, &v, &qm, &qv, &am, &av, &step}) {
     fusekit::tools::release(*t);
   }
-  aclrtDestroyStream(stream);
-  aclrtResetDevice(0);
-  aclFinalize();
+  fusekit::tools::finish_acl(stream);
   return 0;
 }
