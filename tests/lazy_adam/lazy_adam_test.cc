@@ -17,6 +17,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_lazy_adam.h"
+#include "common/aclnn_test_util.h"
 #include "common/simd_targets.h"
 #include "common/test_util.h"
 #include "fusekit/lazy_adam.h"
@@ -429,11 +430,10 @@ TEST(LazyAdam, EmptyBatchIsANoOp) {
 // The aclnn face: validation, status codes, messages, nothing modified
 // ---------------------------------------------------------------------------------------------
 
-struct AclProblem {
+struct AclProblem : fusekit::testing::AclTensors {
   Problem p;
   float lr_value = 0.01f;
   std::vector<int32_t> idx32;
-  std::vector<aclTensor *> owned;
   aclTensor *grad = nullptr, *idx = nullptr, *m = nullptr, *v = nullptr, *var = nullptr,
             *lr = nullptr;
 
@@ -446,40 +446,20 @@ struct AclProblem {
     var = make({rows, dim}, ACL_FLOAT, p.var.data.data());
     lr = make({1}, ACL_FLOAT, &lr_value);
   }
-  ~AclProblem() {
-    for (aclTensor *t : owned) aclDestroyTensor(t);
-  }
-  aclTensor *make(std::vector<int64_t> dims, aclDataType dt, void *data,
-                  const int64_t *strides = nullptr) {
-    aclTensor *t =
-        aclCreateTensor(dims.data(), dims.size(), dt, strides, 0, ACL_FORMAT_ND, nullptr, 0, data);
-    owned.push_back(t);
-    return t;
-  }
   aclnnStatus phase_one(uint64_t *ws, aclOpExecutor **ex, double b1 = 0.9, double b2 = 0.999,
                         double eps = 1e-7) {
     return aclnnLazyAdamGetWorkspaceSize(grad, idx, m, v, var, lr, b1, b2, eps, ws, ex);
   }
   aclnnStatus both_phases() {
-    uint64_t ws = 0;
-    aclOpExecutor *ex = nullptr;
-    const aclnnStatus s = phase_one(&ws, &ex);
-    if (s != ACLNN_SUCCESS) return s;
-    std::vector<char> buf(ws);
-    return aclnnLazyAdam(buf.data(), ws, ex, nullptr);
+    return fusekit::testing::both_phases(
+        [&](uint64_t *ws, aclOpExecutor **ex) { return phase_one(ws, ex); }, aclnnLazyAdam);
   }
 };
 
-std::string last_message() {
-  return aclGetRecentErrMsg();
-}
+using fusekit::testing::last_message;
 
 void expect_refused(aclnnStatus got, aclnnStatus code, const std::vector<std::string> &needles) {
-  EXPECT_EQ(got, code);
-  const std::string msg = last_message();
-  EXPECT_EQ(msg.rfind("aclnnLazyAdam", 0), 0u) << msg;
-  for (const auto &s : needles)
-    EXPECT_NE(msg.find(s), std::string::npos) << "'" << s << "' not in: " << msg;
+  fusekit::testing::expect_aclnn_refused(got, code, "aclnnLazyAdam", needles);
 }
 
 TEST(LazyAdamAclnn, RunsAndMatchesOracle) {

@@ -25,6 +25,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_lazy_adam_quant.h"
+#include "common/aclnn_test_util.h"
 #include "common/half_floats.h"
 #include "common/row_groups.h"
 #include "common/simd_targets.h"
@@ -946,10 +947,9 @@ TEST(LazyAdamQuantRefusals, DataCheckedInPhaseTwoBeforeAnythingIsWritten) {
 // The aclnn face
 // ================================================================================================
 
-struct Acl {
+struct Acl : fusekit::testing::AclTensors {
   Case c;
   float lr_value = 0.01f;
-  std::vector<aclTensor *> owned;
   aclTensor *grad = nullptr, *idx = nullptr, *m = nullptr, *v = nullptr, *var = nullptr,
             *qm = nullptr, *qv = nullptr, *am = nullptr, *av = nullptr, *lr = nullptr;
 
@@ -970,40 +970,21 @@ struct Acl {
     lr = make({1}, ACL_FLOAT, &lr_value);
     c.lr = lr_value;
   }
-  ~Acl() {
-    for (aclTensor *t : owned) aclDestroyTensor(t);
-  }
-  aclTensor *make(std::vector<int64_t> dims, aclDataType dt, void *data) {
-    aclTensor *t =
-        aclCreateTensor(dims.data(), dims.size(), dt, nullptr, 0, ACL_FORMAT_ND, nullptr, 0, data);
-    owned.push_back(t);
-    return t;
-  }
   aclnnStatus phase_one(uint64_t *ws, aclOpExecutor **ex, double b1 = 0.9, double b2 = 0.999,
                         double eps = 1e-7) {
     return aclnnLazyAdamQuantGetWorkspaceSize(grad, idx, m, v, var, qm, qv, am, av, lr, b1, b2, eps,
                                               ws, ex);
   }
   aclnnStatus both_phases() {
-    uint64_t ws = 0;
-    aclOpExecutor *ex = nullptr;
-    const aclnnStatus s = phase_one(&ws, &ex);
-    if (s != ACLNN_SUCCESS) return s;
-    std::vector<char> buf(ws);
-    return aclnnLazyAdamQuant(buf.data(), ws, ex, nullptr);
+    return fusekit::testing::both_phases(
+        [&](uint64_t *ws, aclOpExecutor **ex) { return phase_one(ws, ex); }, aclnnLazyAdamQuant);
   }
 };
 
-std::string last_message() {
-  return aclGetRecentErrMsg();
-}
+using fusekit::testing::last_message;
 
 void expect_refused(aclnnStatus got, aclnnStatus code, const std::vector<std::string> &needles) {
-  EXPECT_EQ(got, code);
-  const std::string msg = last_message();
-  EXPECT_EQ(msg.rfind("aclnnLazyAdamQuant: ", 0), 0u) << msg;
-  for (const auto &s : needles)
-    EXPECT_NE(msg.find(s), std::string::npos) << "'" << s << "' not in: " << msg;
+  fusekit::testing::expect_aclnn_refused(got, code, "aclnnLazyAdamQuant: ", needles);
 }
 
 TEST(LazyAdamQuantAclnn, RunsAndMatchesTheOracle) {
