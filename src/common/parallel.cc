@@ -8,6 +8,7 @@
 // every chunk to finish.
 #include "common/parallel.h"
 
+#include <dlfcn.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -192,6 +193,72 @@ Pool &this_threads_pool() {
   return pool;
 }
 
+// ---- the host process's OpenMP runtime (opt-in, FUSEKIT_THREADS_ON_OPENMP=1) ----
+// Inside a PyTorch process, libgomp's workers spin after each torch op on the cores fusekit's
+// helpers want. With the variable set, and libgomp loaded in the process, a call runs its chunks
+// on the OpenMP team instead (GOMP_parallel; the calling thread is thread 0, `worker` its OpenMP
+// thread number), chunks claimed from a shared counter as in the pool, so the bits are the same.
+// Off by default: GOMP_parallel ends with a barrier that waits for every team thread, also one
+// the OS has descheduled before it took a chunk, and the measurements (docs/architecture.md,
+// "Threads") do not show it winning.
+using GompParallelFn = void (*)(void (*)(void *), void *, unsigned, unsigned);
+using OmpThreadNumFn = int (*)();
+struct HostOpenMP {
+  GompParallelFn parallel = nullptr;
+  OmpThreadNumFn thread_num = nullptr;
+};
+
+bool host_openmp_wanted() {
+  static const bool wanted = [] {
+    const char *e = std::getenv("FUSEKIT_THREADS_ON_OPENMP");
+    return e != nullptr && *e == '1';
+  }();
+  return wanted;
+}
+
+// libgomp's entry points once it is loaded (looked up again at most every 100 ms until then).
+const HostOpenMP *host_openmp() {
+  static std::atomic<bool> found{false};
+  static HostOpenMP h;
+  static std::atomic<int64_t> next_look{0};
+  static std::atomic<bool> busy{false};
+  if (found.load(std::memory_order_acquire)) return &h;
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  if (now < next_look.load(std::memory_order_relaxed)) return nullptr;
+  if (busy.exchange(true, std::memory_order_acquire)) return nullptr;
+  auto p = reinterpret_cast<GompParallelFn>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  auto t = reinterpret_cast<OmpThreadNumFn>(dlsym(RTLD_DEFAULT, "omp_get_thread_num"));
+  if (p != nullptr && t != nullptr) {
+    h.parallel = p;
+    h.thread_num = t;
+    found.store(true, std::memory_order_release);
+  } else {
+    next_look.store(now + std::chrono::nanoseconds(std::chrono::milliseconds(100)).count(),
+                    std::memory_order_relaxed);
+  }
+  busy.store(false, std::memory_order_release);
+  return found.load(std::memory_order_acquire) ? &h : nullptr;
+}
+
+struct OpenMPJob {
+  std::atomic<int64_t> next{0};
+  int64_t chunks = 0;
+  ChunkFn fn = nullptr;
+  void *ctx = nullptr;
+  OmpThreadNumFn thread_num = nullptr;
+};
+
+void openmp_body(void *data) {
+  auto *job = static_cast<OpenMPJob *>(data);
+  const int worker = job->thread_num();
+  const bool was = t_in_chunk;
+  t_in_chunk = true;
+  for (int64_t c; (c = job->next.fetch_add(1, std::memory_order_relaxed)) < job->chunks;) {
+    job->fn(job->ctx, c, worker);
+  }
+  t_in_chunk = was;
+}
+
 }  // namespace
 
 void parallel_chunks_raw(int64_t chunks, int threads, ChunkFn fn, void *ctx) {
@@ -200,6 +267,17 @@ void parallel_chunks_raw(int64_t chunks, int threads, ChunkFn fn, void *ctx) {
   if (nt == 1 || t_in_chunk) {
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c, 0);
     return;
+  }
+  if (host_openmp_wanted()) {
+    if (const HostOpenMP *omp = host_openmp(); omp != nullptr) {
+      OpenMPJob job;
+      job.chunks = chunks;
+      job.fn = fn;
+      job.ctx = ctx;
+      job.thread_num = omp->thread_num;
+      omp->parallel(&openmp_body, &job, static_cast<unsigned>(nt), 0);
+      return;
+    }
   }
   // Claimed units of one or more chunks, so that the count fits the claim word.
   const int64_t max_units = int64_t{1} << 30;
