@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/ceilings.h"
+#include "common/plan_overhead.h"
 #include "fusekit/adam_w.h"
 
 namespace {
@@ -93,39 +94,23 @@ struct Tiny {
   }
 };
 
+fusekit::Status adam_w_run(const fusekit::AdamW &plan, const fusekit::AdamWTensors &t, void *,
+                           size_t, int64_t iteration) {
+  fusekit::AdamWScalars scalars;
+  scalars.step = iteration & 1023;
+  return plan.run(t, scalars);
+}
 void BM_AdamWPlanReuse(benchmark::State &state, const char *impl) {
   Tiny t;
   fusekit::AdamWOptions o;
   o.implementation = impl;
-  fusekit::AdamWProblem problem;
-  fusekit::AdamW plan;
-  fusekit::Status st = fusekit::AdamWProblem::make(t.tensors(), o, &problem);
-  if (st.ok()) st = fusekit::AdamW::plan(problem, o, &plan);
-  if (!st.ok()) {
-    state.SkipWithError(st.message().c_str());
-    return;
-  }
-  fusekit::AdamWScalars scalars;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars).ok());
-    scalars.step = (scalars.step + 1) & 1023;
-  }
-  state.SetLabel(plan.implementation());
+  fusekit::bench::plan_reuse<fusekit::AdamW, fusekit::AdamWProblem>(state, t.tensors(), o,
+                                                                    adam_w_run);
 }
-
 void BM_AdamWFreshPlan(benchmark::State &state) {
   Tiny t;
-  int64_t step = 0;
-  for (auto _ : state) {
-    fusekit::AdamWProblem problem;
-    fusekit::AdamW plan;
-    benchmark::DoNotOptimize(fusekit::AdamWProblem::make(t.tensors(), {}, &problem).ok());
-    benchmark::DoNotOptimize(fusekit::AdamW::plan(problem, {}, &plan).ok());
-    fusekit::AdamWScalars scalars;
-    scalars.step = step;
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars).ok());
-    step = (step + 1) & 1023;
-  }
+  fusekit::bench::fresh_plan<fusekit::AdamW, fusekit::AdamWProblem>(
+      state, t.tensors(), fusekit::AdamWOptions{}, adam_w_run);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 
 #include "common/adam_arithmetic.h"
 #include "common/ceilings.h"
+#include "common/plan_overhead.h"
 #include "fusekit/apply_adam_w_quant.h"
 #include "fusekit/float16.h"
 
@@ -185,41 +186,24 @@ struct Tiny {
   }
 };
 
+fusekit::Status apply_adam_w_quant_run(const fusekit::ApplyAdamWQuant &plan,
+                                       const fusekit::ApplyAdamWQuantTensors &t, void *ws,
+                                       size_t size, int64_t iteration) {
+  fusekit::ApplyAdamWQuantScalars scalars;
+  scalars.step = iteration & 1023;
+  return plan.run(t, scalars, ws, size);
+}
 void BM_ApplyAdamWQuantPlanReuse(benchmark::State &state, const char *impl) {
   Tiny t;
   fusekit::ApplyAdamWQuantOptions o;
   o.implementation = impl;
-  fusekit::ApplyAdamWQuantProblem problem;
-  fusekit::ApplyAdamWQuant plan;
-  fusekit::Status st = fusekit::ApplyAdamWQuantProblem::make(t.tensors(), o, &problem);
-  if (st.ok()) st = fusekit::ApplyAdamWQuant::plan(problem, o, &plan);
-  if (!st.ok()) {
-    state.SkipWithError(st.message().c_str());
-    return;
-  }
-  std::vector<char> ws(plan.workspace_size());
-  fusekit::ApplyAdamWQuantScalars scalars;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
-    scalars.step = (scalars.step + 1) & 1023;
-  }
-  state.SetLabel(plan.implementation());
+  fusekit::bench::plan_reuse<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
+      state, t.tensors(), o, apply_adam_w_quant_run);
 }
-
 void BM_ApplyAdamWQuantFreshPlan(benchmark::State &state) {
   Tiny t;
-  int64_t step = 0;
-  for (auto _ : state) {
-    fusekit::ApplyAdamWQuantProblem problem;
-    fusekit::ApplyAdamWQuant plan;
-    benchmark::DoNotOptimize(fusekit::ApplyAdamWQuantProblem::make(t.tensors(), {}, &problem).ok());
-    benchmark::DoNotOptimize(fusekit::ApplyAdamWQuant::plan(problem, {}, &plan).ok());
-    std::vector<char> ws(plan.workspace_size());
-    fusekit::ApplyAdamWQuantScalars scalars;
-    scalars.step = step;
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
-    step = (step + 1) & 1023;
-  }
+  fusekit::bench::fresh_plan<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
+      state, t.tensors(), fusekit::ApplyAdamWQuantOptions{}, apply_adam_w_quant_run);
 }
 
 // The arithmetic floor for kN elements, all threads, reported as the benchmark's (manual) time.

@@ -20,6 +20,7 @@
 
 #include "common/ceilings.h"
 #include "common/parallel.h"
+#include "common/plan_overhead.h"
 #include "fusekit/lazy_adam.h"
 #include "fusekit/threading.h"
 
@@ -245,36 +246,21 @@ struct Tiny {
   }
 };
 
-void BM_LazyAdamPlanReuse(benchmark::State &state) {
-  Tiny t;
-  fusekit::LazyAdamProblem problem;
-  fusekit::LazyAdam plan;
-  if (!fusekit::LazyAdamProblem::make(t.tensors(), {}, &problem).ok() ||
-      !fusekit::LazyAdam::plan(problem, {}, &plan).ok()) {
-    state.SkipWithError("plan failed");
-    return;
-  }
-  std::vector<char> ws(plan.workspace_size());
+fusekit::Status lazy_adam_run(const fusekit::LazyAdam &plan, const fusekit::LazyAdamTensors &t,
+                              void *ws, size_t size, int64_t /*iteration*/) {
   fusekit::LazyAdamScalars scalars;
   scalars.lr = 1e-3f;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
-  }
-  state.SetLabel(plan.implementation());
+  return plan.run(t, scalars, ws, size);
 }
-
+void BM_LazyAdamPlanReuse(benchmark::State &state) {
+  Tiny t;
+  fusekit::bench::plan_reuse<fusekit::LazyAdam, fusekit::LazyAdamProblem>(
+      state, t.tensors(), fusekit::LazyAdamOptions{}, lazy_adam_run);
+}
 void BM_LazyAdamFreshPlan(benchmark::State &state) {
   Tiny t;
-  for (auto _ : state) {
-    fusekit::LazyAdamProblem problem;
-    fusekit::LazyAdam plan;
-    benchmark::DoNotOptimize(fusekit::LazyAdamProblem::make(t.tensors(), {}, &problem).ok());
-    benchmark::DoNotOptimize(fusekit::LazyAdam::plan(problem, {}, &plan).ok());
-    std::vector<char> ws(plan.workspace_size());
-    fusekit::LazyAdamScalars scalars;
-    scalars.lr = 1e-3f;
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
-  }
+  fusekit::bench::fresh_plan<fusekit::LazyAdam, fusekit::LazyAdamProblem>(
+      state, t.tensors(), fusekit::LazyAdamOptions{}, lazy_adam_run);
 }
 
 void BM_CopyBandwidth(benchmark::State &state) {

@@ -34,6 +34,7 @@
 
 #include "common/ceilings.h"
 #include "common/parallel.h"
+#include "common/plan_overhead.h"
 #include "fusekit/float16.h"
 #include "fusekit/lazy_adam_quant.h"
 #include "fusekit/memory.h"
@@ -521,36 +522,22 @@ struct Tiny {
   }
 };
 
-void BM_LazyAdamQuantPlanReuse(benchmark::State &state) {
-  Tiny t;
-  fusekit::LazyAdamQuantProblem problem;
-  fusekit::LazyAdamQuant plan;
-  if (!fusekit::LazyAdamQuantProblem::make(t.tensors(), {}, &problem).ok() ||
-      !fusekit::LazyAdamQuant::plan(problem, {}, &plan).ok()) {
-    state.SkipWithError("plan failed");
-    return;
-  }
-  std::vector<char> ws(plan.workspace_size());
+fusekit::Status lazy_adam_quant_run(const fusekit::LazyAdamQuant &plan,
+                                    const fusekit::LazyAdamQuantTensors &t, void *ws, size_t size,
+                                    int64_t /*iteration*/) {
   fusekit::LazyAdamQuantScalars scalars;
   scalars.lr = 1e-3f;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
-  }
-  state.SetLabel(plan.implementation());
+  return plan.run(t, scalars, ws, size);
 }
-
+void BM_LazyAdamQuantPlanReuse(benchmark::State &state) {
+  Tiny t;
+  fusekit::bench::plan_reuse<fusekit::LazyAdamQuant, fusekit::LazyAdamQuantProblem>(
+      state, t.tensors(), fusekit::LazyAdamQuantOptions{}, lazy_adam_quant_run);
+}
 void BM_LazyAdamQuantFreshPlan(benchmark::State &state) {
   Tiny t;
-  for (auto _ : state) {
-    fusekit::LazyAdamQuantProblem problem;
-    fusekit::LazyAdamQuant plan;
-    benchmark::DoNotOptimize(fusekit::LazyAdamQuantProblem::make(t.tensors(), {}, &problem).ok());
-    benchmark::DoNotOptimize(fusekit::LazyAdamQuant::plan(problem, {}, &plan).ok());
-    std::vector<char> ws(plan.workspace_size());
-    fusekit::LazyAdamQuantScalars scalars;
-    scalars.lr = 1e-3f;
-    benchmark::DoNotOptimize(plan.run(t.tensors(), scalars, ws.data(), ws.size()).ok());
-  }
+  fusekit::bench::fresh_plan<fusekit::LazyAdamQuant, fusekit::LazyAdamQuantProblem>(
+      state, t.tensors(), fusekit::LazyAdamQuantOptions{}, lazy_adam_quant_run);
 }
 
 void BM_CopyBandwidth(benchmark::State &state) {
