@@ -55,8 +55,7 @@ struct Setup {
   DeviceBuffer x, y, wa, wb, idx;
   std::vector<AddLora> plans;  // one per layer
   size_t ws_bytes = 0;
-  explicit Setup(const Problem &pr, fusekit::AddLoraPath path = fusekit::AddLoraPath::kAuto,
-                 const char *implementation = nullptr)
+  explicit Setup(const Problem &pr, const char *implementation = nullptr)
       : p(pr),
         es(fusekit::dtype_size(pr.dt)),
         x(static_cast<size_t>(pr.b * pr.h) * es),
@@ -78,7 +77,6 @@ struct Setup {
       fusekit::AddLoraOptions o;
       o.layer_idx = l;
       o.scale = 0.5;
-      o.path = path;
       o.implementation = implementation;
       AddLora plan;
       const auto st = AddLora::plan(vy, TensorView::contiguous(x.ptr, p.dt, {p.b, p.h}),
@@ -170,7 +168,7 @@ BENCHMARK(BM_AddLoraDecode)
 void BM_AddLoraImplementation(benchmark::State &state, const std::string &impl, bool decode) {
   Setup s(decode ? Problem{32, 4096, 16, 32, 8, DType::kFloat16}
                  : Problem{4096, 4096, 16, 4, 1, DType::kFloat16},
-          fusekit::AddLoraPath::kAuto, impl.c_str());
+          impl.c_str());
   run_and_report(state, s, decode);
   state.SetLabel(impl + (decode ? " decode" : " prefill"));
 }

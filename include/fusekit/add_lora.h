@@ -37,22 +37,18 @@
 
 namespace fusekit {
 
-// Which path of the optimized implementation serves an adapter's group of rows.
-enum class AddLoraPath {
-  kAuto,     // by group size: groups of at least AddLora::kPrefillMinRows rows run as GEMMs
-  kPrefill,  // every group as a GEMM (weights packed once per group, tiles over rows and columns)
-  kDecode,   // every group as matrix-vector products that stream the adapter's weights once
-};
-
 struct AddLoraOptions {
   int64_t layer_idx = 0;
   double scale = 1.0;  // converted to float32 when the problem is made
   int64_t y_offset = 0;
   int64_t y_slice_size = -1;  // -1 or H2
   KernelChoice kernel = KernelChoice::kAuto;
-  const char *implementation = nullptr;   // a name from AddLora::implementations(), or auto
-  AddLoraPath path = AddLoraPath::kAuto;  // ignored by the reference implementation
-  int num_threads = 0;                    // 0: fusekit::num_threads() when the plan is made
+  // A name from AddLora::implementations(), or auto. cpu_hwy serves a group of at least
+  // kPrefillMinRows rows as a GEMM (weights packed once per group, tiles over rows and columns),
+  // a smaller one as matrix-vector products that stream the adapter's weights once;
+  // cpu_hwy_prefill and cpu_hwy_decode (by name only) put every group on one path.
+  const char *implementation = nullptr;
+  int num_threads = 0;  // 0: fusekit::num_threads() when the plan is made
 };
 
 struct AddLoraStats {
@@ -87,14 +83,13 @@ class AddLoraProblem {
   bool has_a = false;
   bool out_like_y = false;  // out has y's layout: a binding may pass y itself as out (in place)
   float scale = 1.0f;
-  AddLoraPath path = AddLoraPath::kAuto;
 };
 
 struct AddLoraOp;  // the operator as the plan layer sees it (src/add_lora/add_lora_impl.h)
 
 class AddLora {
  public:
-  // Groups smaller than this run on the decode path under AddLoraPath::kAuto.
+  // Groups smaller than this run on cpu_hwy's decode path.
   static constexpr int64_t kPrefillMinRows = 8;
 
   // The implementations built into this library, in the order a plan tries them (the reference

@@ -135,8 +135,8 @@ size_t add_lora_cpu_workspace_bytes(AddLoraCpuKernel kernel, const AddLoraProble
   return l.overflow ? std::numeric_limits<size_t>::max() : l.total;
 }
 
-Status add_lora_cpu_run(AddLoraCpuKernel kernel, const AddLoraProblem &p, const AddLoraTensors &t,
-                        const RunContext &ctx, AddLoraStats *stats) {
+Status add_lora_cpu_run(AddLoraCpuKernel kernel, int64_t prefill_min_rows, const AddLoraProblem &p,
+                        const AddLoraTensors &t, const RunContext &ctx, AddLoraStats *stats) {
   AddLoraStats &st = *stats;
   StageTimer &timer = *ctx.timer;
   const int threads = ctx.threads;
@@ -254,10 +254,7 @@ Status add_lora_cpu_run(AddLoraCpuKernel kernel, const AddLoraProblem &p, const 
   scratch.per_thread = base + lay.per_thread;
   scratch.per_thread_bytes = lay.per_thread_bytes;
   scratch.group_list = cursor;  // the sort is done with it
-  const int64_t min_rows = p.path == AddLoraPath::kPrefill  ? int64_t{1}
-                           : p.path == AddLoraPath::kDecode ? std::numeric_limits<int64_t>::max()
-                                                            : AddLora::kPrefillMinRows;
-  drive_hwy(add_lora_hwy(), args, scratch, threads, min_rows, &st);
+  drive_hwy(add_lora_hwy(), args, scratch, threads, prefill_min_rows, &st);
   timer.stage("compute");
   return Status::Ok();
 }

@@ -38,11 +38,14 @@ using AddLoraImpl = Implementation<AddLoraOp>;
 
 // The CPU implementations (add_lora_cpu.cc): the stages check, group, copy and compute, with
 // either the Highway kernel (its packed panels and per-thread scratch in the workspace) or the
-// plain scalar one.
+// plain scalar one. The Highway kernel's groups of at least `prefill_min_rows` rows take the
+// prefill path (GEMM tiles), smaller ones the decode path: AddLora::kPrefillMinRows for cpu_hwy;
+// its variants cpu_hwy_prefill (1: every group) and cpu_hwy_decode (none), planned by name only,
+// are for tests and tuning runs.
 enum class AddLoraCpuKernel { kReference, kHwy };
 size_t add_lora_cpu_workspace_bytes(AddLoraCpuKernel kernel, const AddLoraProblem &p, int threads);
-Status add_lora_cpu_run(AddLoraCpuKernel kernel, const AddLoraProblem &p, const AddLoraTensors &t,
-                        const RunContext &ctx, AddLoraStats *stats);
+Status add_lora_cpu_run(AddLoraCpuKernel kernel, int64_t prefill_min_rows, const AddLoraProblem &p,
+                        const AddLoraTensors &t, const RunContext &ctx, AddLoraStats *stats);
 
 }  // namespace fusekit
 

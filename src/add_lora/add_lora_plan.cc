@@ -188,7 +188,6 @@ Status AddLoraProblem::make(const AddLoraTensors &t, const AddLoraOptions &optio
   p.has_a = has_a;
   p.out_like_y = same_layout(out, y);
   p.scale = scale;
-  p.path = options.path;
   *problem = p;
   return Status::Ok();
 }

@@ -135,32 +135,30 @@ Data make(const Problem &p) {
 }
 
 AddLoraOptions options_for(const Problem &p, KernelChoice k = KernelChoice::kAuto,
-                           AddLoraPath path = AddLoraPath::kAuto, int threads = 0) {
+                           int threads = 0) {
   AddLoraOptions o;
   o.layer_idx = p.layer;
   o.scale = p.scale;
   o.y_offset = p.y_offset;
   o.kernel = k;
-  o.path = path;
   o.num_threads = threads;
   return o;
 }
 
-// An implementation (by name) and, for the Highway one, the path its groups take.
+// An implementation, by name (cpu_hwy's variants cpu_hwy_prefill and cpu_hwy_decode put every
+// group on one path).
 struct KernelPath {
   std::string impl;  // a name from AddLora::implementations()
-  AddLoraPath path;
   std::string name;  // for messages
 };
 
 AddLoraOptions options_for(const Problem &p, const KernelPath &k, int threads = 0) {
-  AddLoraOptions o = options_for(p, KernelChoice::kAuto, k.path, threads);
+  AddLoraOptions o = options_for(p, KernelChoice::kAuto, threads);
   o.implementation = k.impl.c_str();
   return o;
 }
 
-// Every implementation built into the library that this machine runs (a plan for it can be made),
-// the reference once, any other on each path.
+// Every implementation built into the library that this machine runs (a plan for it can be made).
 const std::vector<KernelPath> &kernels() {
   static const std::vector<KernelPath> list = [] {
     std::vector<KernelPath> v;
@@ -178,13 +176,7 @@ const std::vector<KernelPath> &kernels() {
                         TensorView::contiguous(y.data() + 2, DType::kFloat16, {1, 2}), o, &plan);
       if (s.code() == StatusCode::kNoImplementation) continue;  // built, not for this machine
       EXPECT_TRUE(s.ok()) << impl << ": " << s.message();
-      if (impl == "cpu_reference") {
-        v.push_back({impl, AddLoraPath::kAuto, impl});
-        continue;
-      }
-      v.push_back({impl, AddLoraPath::kAuto, impl + "/auto"});
-      v.push_back({impl, AddLoraPath::kPrefill, impl + "/prefill"});
-      v.push_back({impl, AddLoraPath::kDecode, impl + "/decode"});
+      v.push_back({impl, impl});
     }
     return v;
   }();
@@ -527,7 +519,7 @@ TEST(AddLora, BoundCatchesFloat16Intermediates) {
 TEST(AddLora, BFloat16RoundsToNearestEven) {
   fusekit::testing::for_each_simd_target([](const char *) {
     const int64_t H = 70;
-    for (AddLoraPath path : {AddLoraPath::kPrefill, AddLoraPath::kDecode}) {
+    for (const char *path : {"cpu_hwy_prefill", "cpu_hwy_decode"}) {
       for (int64_t rows : {1, 9}) {
         std::vector<uint16_t> y(static_cast<size_t>(rows * H)), x(static_cast<size_t>(rows)),
             out(y.size());
@@ -541,8 +533,7 @@ TEST(AddLora, BFloat16RoundsToNearestEven) {
             y[static_cast<size_t>(b * H + j)] = float_to_bf16_bits(ys[(b + j) % 4]);
         }
         AddLoraOptions o;
-        o.path = path;
-        o.kernel = KernelChoice::kOptimized;
+        o.implementation = path;
         const Status s =
             add_lora(TensorView::contiguous(y.data(), DType::kBFloat16, {rows, H}),
                      TensorView::contiguous(x.data(), DType::kBFloat16, {rows, 1}),
@@ -642,17 +633,12 @@ TEST(AddLora, ConcurrentCallsFromTwoThreads) {
   p.seed = 2;
   together[1] = make(p);
   for (int i = 0; i < 2; ++i)
-    ASSERT_TRUE(
-        run(alone[i], options_for(alone[i].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2)).ok());
+    ASSERT_TRUE(run(alone[i], options_for(alone[i].p, KernelChoice::kAuto, 2)).ok());
   Status st[2];
-  std::thread t0([&] {
-    st[0] =
-        run(together[0], options_for(together[0].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2));
-  });
-  std::thread t1([&] {
-    st[1] =
-        run(together[1], options_for(together[1].p, KernelChoice::kAuto, AddLoraPath::kAuto, 2));
-  });
+  std::thread t0(
+      [&] { st[0] = run(together[0], options_for(together[0].p, KernelChoice::kAuto, 2)); });
+  std::thread t1(
+      [&] { st[1] = run(together[1], options_for(together[1].p, KernelChoice::kAuto, 2)); });
   t0.join();
   t1.join();
   for (int i = 0; i < 2; ++i) {
@@ -1012,8 +998,7 @@ TEST(AddLoraPlan, DecodeGroupsBitwiseEqualOverThreadCounts) {
     for (int threads : {1, 2, 3, 4, 10}) {
       Data d = make(p);
       AddLoraStats st;
-      ASSERT_TRUE(
-          run(d, options_for(p, KernelChoice::kOptimized, AddLoraPath::kAuto, threads), &st).ok());
+      ASSERT_TRUE(run(d, options_for(p, KernelChoice::kOptimized, threads), &st).ok());
       EXPECT_EQ(st.decode_groups, 32);
       if (first.empty()) {
         EXPECT_EQ(check(d, "decode"), 0);
