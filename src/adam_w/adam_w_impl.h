@@ -12,21 +12,15 @@
 namespace fusekit {
 
 // The operator, as the plan layer (common/plan.h) sees it. No workspace.
-struct AdamWOp {
-  static constexpr const char *kName = "AdamW";
-  using Problem = AdamWProblem;
-  using Tensors = AdamWTensors;
-  using Scalars = AdamWScalars;
-  using Options = AdamWOptions;
-  using Stats = AdamWStats;
-  // The list, in order of preference (adam_w_implementations.cc).
-  static std::span<const Implementation<AdamWOp> *const> implementations();
+struct AdamWOp : OpTypes<AdamWProblem, AdamWTensors, AdamWScalars, AdamWOptions, AdamWStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {{"var", true}, {"grad"}, {"m", true}, {"v", true}};
-  template <class T>  // Tensors or const Tensors
-  static auto views(T &t) {
+  static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.var, &t.grad, &t.m, &t.v};
   }
+  static constexpr const char *kName = "AdamW";
+  // The list, in order of preference (adam_w_implementations.cc).
+  static std::span<const Implementation<AdamWOp> *const> implementations();
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

@@ -15,22 +15,18 @@ namespace fusekit {
 
 // The operator, as the plan layer (common/plan.h) sees it. No per-run scalars (scale is an
 // attribute).
-struct AddLoraOp {
-  static constexpr const char *kName = "AddLora";
-  using Problem = AddLoraProblem;
-  using Tensors = AddLoraTensors;
-  using Scalars = NoScalars;
-  using Options = AddLoraOptions;
-  using Stats = AddLoraStats;
-  // The list, in order of preference (add_lora_implementations.cc).
-  static std::span<const Implementation<AddLoraOp> *const> implementations();
+struct AddLoraOp
+    : OpTypes<AddLoraProblem, AddLoraTensors, NoScalars, AddLoraOptions, AddLoraStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {
-      {"y"}, {"x"}, {"weightB"}, {"indices"}, {"weightAOptional"}, {"out", true}};
-  template <class T>  // Tensors or const Tensors
-  static auto views(T &t) {
+      {"y"},        {"x"}, {"weightB"}, {"indices"}, {.name = "weightAOptional", .optional = true},
+      {"out", true}};
+  static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.y, &t.x, &t.weight_b, &t.indices, &t.weight_a, &t.out};
   }
+  static constexpr const char *kName = "AddLora";
+  // The list, in order of preference (add_lora_implementations.cc).
+  static std::span<const Implementation<AddLoraOp> *const> implementations();
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

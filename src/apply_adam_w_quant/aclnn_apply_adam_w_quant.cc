@@ -35,59 +35,33 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
     const aclTensor *step, double lr, double beta1, double beta2, double weightDecay, double eps,
     double gnormScale, char *quantModeOptional, int64_t blockSize, uint64_t *workspaceSize,
     aclOpExecutor **executor) {
-  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
-    TensorView var, g, m, v, qm, qv, am, av, s;
-    Status st = phase_one_views(kOp,
-                                {{varRef, "varRef", &var},
-                                 {grad, "grad", &g},
-                                 {mRef, "mRef", &m},
-                                 {vRef, "vRef", &v},
-                                 {qmapM, "qmapM", &qm},
-                                 {qmapV, "qmapV", &qv},
-                                 {absmaxMRef, "absmaxMRef", &am},
-                                 {absmaxVRef, "absmaxVRef", &av},
-                                 {step, "step", &s}},
-                                workspaceSize, executor);
-    if (st.ok()) {
-      st = check_scalar_tensor(
-          kOp, "step", s, DType::kInt64, 1,
-          {{&var, "varRef"}, {&m, "mRef"}, {&v, "vRef"}, {&am, "absmaxMRef"}, {&av, "absmaxVRef"}});
-    }
-    if (st.ok() && blockSize != kAdamWQuantBlockSize) {
-      st = Status::Invalid(str_cat(kOp, ": blockSize = ", blockSize, "; only 256 is supported"));
-    }
-    if (st.ok() && quantModeOptional != nullptr &&
-        std::strcmp(quantModeOptional, "BLOCKWISE") != 0) {
-      st = Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
-                                   "\"; only null or \"BLOCKWISE\" is supported"));
-    }
-    if (st.ok()) st = check_adam_lr(kOp, lr);
-    PlanStateOf<ApplyAdamWQuantOp> plan;
-    const ApplyAdamWQuantTensors tensors{var, g, m, v, qm, qv, am, av};
-    if (st.ok()) {
-      ApplyAdamWQuantOptions options;
-      options.beta1 = beta1;
-      options.beta2 = beta2;
-      options.weight_decay = weightDecay;
-      options.eps = eps;
-      options.gnorm_scale = gnormScale;
-      options.block_size = blockSize;
-      st = plan_phase_one<ApplyAdamWQuantOp>(tensors, options, &plan);
-    }
-    std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) {
-      ApplyAdamWQuantScalars scalars;
-      scalars.step_tensor = s;  // read by the implementation when phase two runs
-      scalars.lr = static_cast<float>(lr);
-      ex = std::make_unique<PlanExecutor<ApplyAdamWQuantOp>>(kOp, plan, tensors, scalars, warning);
-    }
-    return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
-  });
+  const ScalarTensorArg step_arg{step, "step", DType::kInt64, 1};
+  return aclnn_phase_one<ApplyAdamWQuantOp>(
+      kOp, {varRef, grad, mRef, vRef, qmapM, qmapV, absmaxMRef, absmaxVRef}, &step_arg, warning,
+      workspaceSize, executor,
+      [&](const TensorView &s, ApplyAdamWQuantOptions &options, ApplyAdamWQuantScalars &scalars) {
+        if (blockSize != kAdamWQuantBlockSize) {
+          return Status::Invalid(
+              str_cat(kOp, ": blockSize = ", blockSize, "; only 256 is supported"));
+        }
+        if (quantModeOptional != nullptr && std::strcmp(quantModeOptional, "BLOCKWISE") != 0) {
+          return Status::Invalid(str_cat(kOp, ": quantModeOptional = \"", quantModeOptional,
+                                         "\"; only null or \"BLOCKWISE\" is supported"));
+        }
+        FUSEKIT_RETURN_IF_ERROR(check_adam_lr(kOp, lr));
+        options.beta1 = beta1;
+        options.beta2 = beta2;
+        options.weight_decay = weightDecay;
+        options.eps = eps;
+        options.gnorm_scale = gnormScale;
+        options.block_size = blockSize;
+        scalars.step_tensor = s;  // read by the implementation when phase two runs
+        scalars.lr = static_cast<float>(lr);
+        return Status::Ok();
+      });
 }
 
 extern "C" aclnnStatus aclnnApplyAdamWQuant(void *workspace, uint64_t workspaceSize,
                                             aclOpExecutor *executor, aclrtStream stream) {
-  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
-    return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
-  });
+  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
 }

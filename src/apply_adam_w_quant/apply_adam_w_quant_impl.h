@@ -15,24 +15,20 @@
 namespace fusekit {
 
 // The operator, as the plan layer (common/plan.h) sees it.
-struct ApplyAdamWQuantOp {
-  static constexpr const char *kName = "ApplyAdamWQuant";
-  using Problem = ApplyAdamWQuantProblem;
-  using Tensors = ApplyAdamWQuantTensors;
-  using Scalars = ApplyAdamWQuantScalars;
-  using Options = ApplyAdamWQuantOptions;
-  using Stats = ApplyAdamWQuantStats;
-  // The list, in order of preference (apply_adam_w_quant_implementations.cc).
-  static std::span<const Implementation<ApplyAdamWQuantOp> *const> implementations();
+struct ApplyAdamWQuantOp
+    : OpTypes<ApplyAdamWQuantProblem, ApplyAdamWQuantTensors, ApplyAdamWQuantScalars,
+              ApplyAdamWQuantOptions, ApplyAdamWQuantStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {{"varRef", true},       {"grad"},
                                           {"mRef", true},         {"vRef", true},
                                           {"qmapM", false, true}, {"qmapV", false, true},
                                           {"absmaxMRef", true},   {"absmaxVRef", true}};
-  template <class T>  // Tensors or const Tensors
-  static auto views(T &t) {
+  static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v};
   }
+  static constexpr const char *kName = "ApplyAdamWQuant";
+  // The list, in order of preference (apply_adam_w_quant_implementations.cc).
+  static std::span<const Implementation<ApplyAdamWQuantOp> *const> implementations();
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

@@ -109,13 +109,15 @@ inline Status host_lr(const char *op, float lr, const TensorView &lr_tensor, flo
 }
 
 // One tensor of an operator, as its problem's check() sees it: the name the messages use (the aclnn
-// face's), whether the operator writes it, and whether its data is read even when the run updates
-// nothing (an 8-bit optimizer's maps). An operator lists its roles once, in the order of its
-// Tensors struct, and hands them to check_bound_tensors.
+// face's), whether the operator writes it, whether its data is read even when the run updates
+// nothing (an 8-bit optimizer's maps), and whether the aclnn face takes a null tensor for it (an
+// empty view). An operator lists its roles once, in the order of its Tensors struct: the problem
+// check (check_bound_tensors), the aclnn face and the seam tests read them.
 struct TensorRole {
   const char *name;
   bool written = false;
   bool read_when_empty = false;
+  bool optional = false;
 };
 
 // The check of the tensors bound to a run, role by role: the planned layout and an aligned data

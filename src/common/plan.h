@@ -1,22 +1,26 @@
 // fusekit internal: the plan of every operator, written once.
 //
-// An operator is described to this layer by a struct of types and three functions (for LazyAdam,
-// LazyAdamOp in src/lazy_adam/lazy_adam_impl.h):
+// An operator is described to this layer by one struct (for LazyAdam, LazyAdamOp in
+// src/lazy_adam/lazy_adam_impl.h):
 //
-//   struct XxxOp {
+//   struct XxxOp : OpTypes<XxxProblem, XxxTensors, XxxScalars, XxxOptions, XxxStats> {
+//     // Its tensors by role, in the order of Tensors (name, written, read when empty, optional),
+//     // and the same tensors as pointers into a Tensors (or const Tensors).
+//     static constexpr TensorRole kRoles[] = {{"var", true}, {"grad"}, ...};
+//     static auto views(auto &t) { return std::array{&t.var, &t.grad, ...}; }
 //     static constexpr const char *kName = "Xxx";           // the name messages start with
-//     using Problem = XxxProblem;   // validated once: make(tensors, options, &p), p.check(tensors)
-//     using Tensors = XxxTensors;   // the tensors of one run
-//     using Scalars = XxxScalars;   // the per-run scalars (lr, step), handed to the
-//                                   // implementation untouched: it reads them where they live
-//     using Options = XxxOptions;   // attributes, kernel, implementation, num_threads
-//     using Stats = XxxStats;
 //     static std::span<const Implementation<XxxOp> *const> implementations();  // reference last
 //     // The FUSEKIT_VERBOSE line's fields: of the problem (and run), then of the result.
 //     static std::string problem_fields(const Problem &, const Tensors &);
 //     static std::string result_fields(const Stats &);
 //   };
 //
+// where OpTypes names its types: Problem (validated once: make(tensors, options, &p),
+// p.check(tensors)), Tensors (those of one run), Scalars (the per-run scalars, lr and step, handed
+// to the implementation untouched: it reads them where they live), Options (attributes, kernel,
+// implementation, num_threads) and Stats. From the struct come the public plan class's bodies
+// (plan from a problem, plan from tensors, run, run on the bound tensors, the one-call form): see
+// make_plan() ... run_once() below; the aclnn face (runtime/executor.h); the seam tests.
 // and from it come the public plan class's bodies (plan from a problem, plan from tensors, run,
 // run on the bound tensors, the one-call form): see make_plan() ... run_once() below. The
 // operator's own code is its Problem (shape rules), its implementations and their kernels.
@@ -65,6 +69,16 @@ struct Implementation {
 
 // The Scalars of an operator without per-run scalars (AddLora).
 struct NoScalars {};
+
+// The types of an operator's description (see the top of this file).
+template <class P, class T, class Sc, class O, class St>
+struct OpTypes {
+  using Problem = P;
+  using Tensors = T;
+  using Scalars = Sc;
+  using Options = O;
+  using Stats = St;
+};
 
 // The `target` of a plain scalar implementation.
 inline const char *scalar_target() {

@@ -54,13 +54,14 @@ Status row_groups_check(const char *op, const TensorView &indices, int64_t rows,
 void row_groups_group(int64_t rows, char *workspace, const RowGroupsLayout &layout, int threads,
                       RowEntries *inout);
 
-// The update stage's split: chunks of about a quarter of a thread's share of entries, cut at row
-// boundaries, claimed by the threads; fn(begin, end, worker) runs the row kernel over
-// entries[begin, end) (whole rows) and returns the rows it skipped. Returns the number of distinct
-// rows in [0, end) (padding excluded when grouped; the caller subtracts padding otherwise) and
-// adds the skipped rows to *skipped.
+// The update stage: chunks of about a quarter of a thread's share of entries, cut at row
+// boundaries, claimed by the threads; fn(begin, end, scratch) runs the row kernel over
+// entries[begin, end) (whole rows) with the worker's `scratch_per_thread` bytes at `scratch` and
+// returns the rows it skipped. Sets *updated to the distinct rows written and *skipped to those
+// left unchanged.
 template <typename Fn>
-int64_t for_each_row_chunk(const RowEntries &e, int threads, int64_t *skipped, Fn &&fn) {
+void update_row_chunks(const RowEntries &e, int threads, char *scratch, size_t scratch_per_thread,
+                       int64_t *updated, int64_t *skipped, Fn &&fn) {
   const uint64_t *ordered = e.entries;
   const int64_t end = e.end;
   auto boundary = [&](int64_t k) {  // the first entry at or after k that starts a row's group
@@ -79,10 +80,28 @@ int64_t for_each_row_chunk(const RowEntries &e, int threads, int64_t *skipped, F
         groups += (k == b || (ordered[k] >> 32) != (ordered[k - 1] >> 32)) ? 1 : 0;
       distinct.fetch_add(groups, std::memory_order_relaxed);
     }
-    skip.fetch_add(fn(b, en, worker), std::memory_order_relaxed);
+    char *own = scratch + scratch_per_thread * static_cast<size_t>(worker);
+    skip.fetch_add(fn(b, en, own), std::memory_order_relaxed);
   });
-  *skipped += skip.load();
-  return e.duplicates ? distinct.load() : end - e.padding;
+  *skipped = skip.load();
+  *updated = (e.duplicates ? distinct.load() : end - e.padding) - *skipped;
+}
+
+// The step's fields of a sparse-row kernel's arguments (LazyAdamRowsArgs, LazyAdamQuantRowsArgs):
+// the row width and Adam's constants of the problem, lr, the entries to walk.
+template <class Args, class Problem>
+void set_row_step_args(const Problem &p, float lr, const RowEntries &e, int64_t rows,
+                       int64_t prefetch_ahead, Args *a) {
+  a->dim = p.d;
+  a->beta1 = p.beta1;
+  a->beta2 = p.beta2;
+  a->one_minus_beta1 = 1.0f - p.beta1;
+  a->one_minus_beta2 = 1.0f - p.beta2;
+  a->epsilon = p.epsilon;
+  a->neg_lr = -lr;
+  a->entries = e.entries;
+  a->row_limit = static_cast<uint64_t>(rows);
+  a->prefetch_ahead = prefetch_ahead;
 }
 
 // Tests only: plans made after this use the duplicate bitmap up to `bytes` (default 64 MiB, or 8

@@ -30,40 +30,18 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
     const aclTensor *gradient, const aclTensor *indices, const aclTensor *inputM,
     const aclTensor *inputV, const aclTensor *inputVar, const aclTensor *lr, double beta1,
     double beta2, double epsilon, uint64_t *workspaceSize, aclOpExecutor **executor) {
-  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
-    TensorView g, i, m, v, var, l;
-    Status st = phase_one_views(kOp,
-                                {{gradient, "gradient", &g},
-                                 {indices, "indices", &i},
-                                 {inputM, "inputM", &m},
-                                 {inputV, "inputV", &v},
-                                 {inputVar, "inputVar", &var},
-                                 {lr, "lr", &l}},
-                                workspaceSize, executor);
-    // lr is read before anything is written: it may share memory with the tables.
-    if (st.ok()) st = check_scalar_tensor(kOp, "lr", l, DType::kFloat32, 0, {});
-    PlanStateOf<LazyAdamOp> plan;
-    const LazyAdamTensors tensors{g, i, m, v, var};
-    if (st.ok()) {
-      LazyAdamOptions options;
-      options.beta1 = beta1;
-      options.beta2 = beta2;
-      options.epsilon = epsilon;
-      st = plan_phase_one<LazyAdamOp>(tensors, options, &plan);
-    }
-    std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) {
-      LazyAdamScalars scalars;
-      scalars.lr_tensor = l;  // read by the implementation when phase two runs
-      ex = std::make_unique<PlanExecutor<LazyAdamOp>>(kOp, plan, tensors, scalars, warning);
-    }
-    return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
-  });
+  // lr is read before anything is written: it may share memory with the tables.
+  const ScalarTensorArg lr_arg{lr, "lr", DType::kFloat32, 0, /*read_first=*/true};
+  return aclnn_phase_one<LazyAdamOp>(
+      kOp, {gradient, indices, inputM, inputV, inputVar}, &lr_arg, warning, workspaceSize, executor,
+      [&](const TensorView &l, LazyAdamOptions &options, LazyAdamScalars &scalars) {
+        options = {.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon};
+        scalars.lr_tensor = l;  // read by the implementation when phase two runs
+        return Status::Ok();
+      });
 }
 
 extern "C" aclnnStatus aclnnLazyAdam(void *workspace, uint64_t workspaceSize,
                                      aclOpExecutor *executor, aclrtStream stream) {
-  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
-    return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
-  });
+  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
 }

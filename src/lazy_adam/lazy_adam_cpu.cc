@@ -85,27 +85,11 @@ Status lazy_adam_cpu_run(LazyAdamRowsFn kernel, int64_t prefetch_ahead, const La
   args.v_stride = t.v.strides[0];
   args.var = t.var.as<float>();
   args.var_stride = t.var.strides[0];
-  args.dim = p.d;
-  args.beta1 = p.beta1;
-  args.beta2 = p.beta2;
-  args.one_minus_beta1 = 1.0f - p.beta1;
-  args.one_minus_beta2 = 1.0f - p.beta2;
-  args.epsilon = p.epsilon;
-  args.neg_lr = -lr;
-  args.entries = e.entries;
-  args.row_limit = static_cast<uint64_t>(rows);
-  args.prefetch_ahead = prefetch_ahead;
-
-  const char *scratch_base = base + w.scratch;
-  int64_t skipped = 0;
-  const int64_t rows_distinct =
-      for_each_row_chunk(e, threads, &skipped, [&](int64_t b, int64_t en, int worker) {
-        auto *scratch = reinterpret_cast<float *>(
-            const_cast<char *>(scratch_base) + w.scratch_per_thread * static_cast<size_t>(worker));
-        return kernel(args, b, en, scratch);
-      });
-  st.rows_skipped_nonfinite = skipped;
-  st.rows_updated = rows_distinct - st.rows_skipped_nonfinite;
+  set_row_step_args(p, lr, e, rows, prefetch_ahead, &args);
+  update_row_chunks(e, threads, base + w.scratch, w.scratch_per_thread, &st.rows_updated,
+                    &st.rows_skipped_nonfinite, [&](int64_t b, int64_t en, char *scratch) {
+                      return kernel(args, b, en, reinterpret_cast<float *>(scratch));
+                    });
   timer.stage("update");
   return Status::Ok();
 }

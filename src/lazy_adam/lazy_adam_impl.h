@@ -14,22 +14,17 @@
 namespace fusekit {
 
 // The operator, as the plan layer (common/plan.h) sees it.
-struct LazyAdamOp {
-  static constexpr const char *kName = "LazyAdam";
-  using Problem = LazyAdamProblem;
-  using Tensors = LazyAdamTensors;
-  using Scalars = LazyAdamScalars;
-  using Options = LazyAdamOptions;
-  using Stats = LazyAdamStats;
-  // The list, in order of preference (lazy_adam_implementations.cc).
-  static std::span<const Implementation<LazyAdamOp> *const> implementations();
+struct LazyAdamOp
+    : OpTypes<LazyAdamProblem, LazyAdamTensors, LazyAdamScalars, LazyAdamOptions, LazyAdamStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {
       {"gradient"}, {"indices"}, {"inputM", true}, {"inputV", true}, {"inputVar", true}};
-  template <class T>  // Tensors or const Tensors
-  static auto views(T &t) {
+  static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.gradient, &t.indices, &t.m, &t.v, &t.var};
   }
+  static constexpr const char *kName = "LazyAdam";
+  // The list, in order of preference (lazy_adam_implementations.cc).
+  static std::span<const Implementation<LazyAdamOp> *const> implementations();
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

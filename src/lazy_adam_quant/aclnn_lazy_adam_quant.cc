@@ -33,47 +33,18 @@ extern "C" aclnnStatus aclnnLazyAdamQuantGetWorkspaceSize(
     aclTensor *inputVar, const aclTensor *qmapM, const aclTensor *qmapV, aclTensor *absmaxM,
     aclTensor *absmaxV, const aclTensor *lr, double beta1, double beta2, double epsilon,
     uint64_t *workspaceSize, aclOpExecutor **executor) {
-  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
-    TensorView g, i, m, v, var, qm, qv, am, av, l;
-    Status st = phase_one_views(kOp,
-                                {{gradient, "gradient", &g},
-                                 {indices, "indices", &i},
-                                 {inputM, "inputM", &m},
-                                 {inputV, "inputV", &v},
-                                 {inputVar, "inputVar", &var},
-                                 {qmapM, "qmapM", &qm},
-                                 {qmapV, "qmapV", &qv},
-                                 {absmaxM, "absmaxM", &am},
-                                 {absmaxV, "absmaxV", &av},
-                                 {lr, "lr", &l}},
-                                workspaceSize, executor);
-    if (st.ok()) {
-      st = check_scalar_tensor(
-          kOp, "lr", l, DType::kFloat32, 0,
-          {{&m, "inputM"}, {&v, "inputV"}, {&var, "inputVar"}, {&am, "absmaxM"}, {&av, "absmaxV"}});
-    }
-    PlanStateOf<LazyAdamQuantOp> plan;
-    const LazyAdamQuantTensors tensors{g, i, m, v, var, qm, qv, am, av};
-    if (st.ok()) {
-      LazyAdamQuantOptions options;
-      options.beta1 = beta1;
-      options.beta2 = beta2;
-      options.epsilon = epsilon;
-      st = plan_phase_one<LazyAdamQuantOp>(tensors, options, &plan);
-    }
-    std::unique_ptr<aclOpExecutor> ex;
-    if (st.ok()) {
-      LazyAdamQuantScalars scalars;
-      scalars.lr_tensor = l;  // read by the implementation when phase two runs
-      ex = std::make_unique<PlanExecutor<LazyAdamQuantOp>>(kOp, plan, tensors, scalars, warning);
-    }
-    return finish_phase_one(kOp, st, std::move(ex), workspaceSize, executor);
-  });
+  const ScalarTensorArg lr_arg{lr, "lr", DType::kFloat32};
+  return aclnn_phase_one<LazyAdamQuantOp>(
+      kOp, {gradient, indices, inputM, inputV, inputVar, qmapM, qmapV, absmaxM, absmaxV}, &lr_arg,
+      warning, workspaceSize, executor,
+      [&](const TensorView &l, LazyAdamQuantOptions &options, LazyAdamQuantScalars &scalars) {
+        options = {.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon};
+        scalars.lr_tensor = l;  // read by the implementation when phase two runs
+        return Status::Ok();
+      });
 }
 
 extern "C" aclnnStatus aclnnLazyAdamQuant(void *workspace, uint64_t workspaceSize,
                                           aclOpExecutor *executor, aclrtStream stream) {
-  return guard_c_entry(kOp, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
-    return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
-  });
+  return run_phase_two(kOp, workspace, workspaceSize, executor, stream);
 }

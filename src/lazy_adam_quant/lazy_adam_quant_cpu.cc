@@ -120,27 +120,12 @@ Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyA
   a.absmax_m_stride = t.absmax_m.strides[0];
   a.absmax_v = t.absmax_v.as<float>();
   a.absmax_v_stride = t.absmax_v.strides[0];
-  a.dim = p.d;
   a.blocks = p.blocks;
-  a.beta1 = p.beta1;
-  a.beta2 = p.beta2;
-  a.one_minus_beta1 = 1.0f - p.beta1;
-  a.one_minus_beta2 = 1.0f - p.beta2;
-  a.epsilon = p.epsilon;
-  a.neg_lr = -lr;
-  a.entries = e.entries;
-  a.row_limit = static_cast<uint64_t>(rows);
-  a.prefetch_ahead = kernel.prefetch_ahead;
-
-  char *scratch_base = base + w.scratch;
-  int64_t skipped = 0;
-  const int64_t rows_distinct =
-      for_each_row_chunk(e, threads, &skipped, [&](int64_t b, int64_t en, int worker) {
-        return kernel.rows(a, b, en,
-                           scratch_base + w.scratch_per_thread * static_cast<size_t>(worker));
-      });
-  st.rows_skipped_nonfinite = skipped;
-  st.rows_updated = rows_distinct - skipped;
+  set_row_step_args(p, lr, e, rows, kernel.prefetch_ahead, &a);
+  update_row_chunks(e, threads, base + w.scratch, w.scratch_per_thread, &st.rows_updated,
+                    &st.rows_skipped_nonfinite, [&](int64_t b, int64_t en, char *scratch) {
+                      return kernel.rows(a, b, en, scratch);
+                    });
   timer.stage("update");
   return Status::Ok();
 }

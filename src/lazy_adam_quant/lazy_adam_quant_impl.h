@@ -15,25 +15,20 @@
 namespace fusekit {
 
 // The operator, as the plan layer (common/plan.h) sees it.
-struct LazyAdamQuantOp {
-  static constexpr const char *kName = "LazyAdamQuant";
-  using Problem = LazyAdamQuantProblem;
-  using Tensors = LazyAdamQuantTensors;
-  using Scalars = LazyAdamQuantScalars;
-  using Options = LazyAdamQuantOptions;
-  using Stats = LazyAdamQuantStats;
-  // The list, in order of preference (lazy_adam_quant_implementations.cc).
-  static std::span<const Implementation<LazyAdamQuantOp> *const> implementations();
+struct LazyAdamQuantOp : OpTypes<LazyAdamQuantProblem, LazyAdamQuantTensors, LazyAdamQuantScalars,
+                                 LazyAdamQuantOptions, LazyAdamQuantStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
   static constexpr TensorRole kRoles[] = {
       {"gradient"},           {"indices"},        {"inputM", true},
       {"inputV", true},       {"inputVar", true}, {"qmapM", false, true},
       {"qmapV", false, true}, {"absmaxM", true},  {"absmaxV", true}};
-  template <class T>  // Tensors or const Tensors
-  static auto views(T &t) {
+  static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.gradient, &t.indices, &t.m,        &t.v,       &t.var,
                       &t.qmap_m,   &t.qmap_v,  &t.absmax_m, &t.absmax_v};
   }
+  static constexpr const char *kName = "LazyAdamQuant";
+  // The list, in order of preference (lazy_adam_quant_implementations.cc).
+  static std::span<const Implementation<LazyAdamQuantOp> *const> implementations();
   static std::string problem_fields(const Problem &p, const Tensors &t);
   static std::string result_fields(const Stats &st);
 };

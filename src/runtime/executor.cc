@@ -61,8 +61,9 @@ aclnnStatus finish_phase_one(const char *op, const Status &status,
   return ACLNN_SUCCESS;
 }
 
-aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
-                          aclOpExecutor *executor, aclrtStream stream) {
+namespace {
+aclnnStatus phase_two(const char *op, void *workspace, uint64_t workspace_size,
+                      aclOpExecutor *executor, aclrtStream stream) {
   if (executor == nullptr) return report(Status::NullPointer(str_cat(op, ": executor is null")));
   if (!is_live(executor)) {
     return report(Status::Invalid(str_cat(op, ": executor is not a live executor (already run?)")));
@@ -98,34 +99,46 @@ aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_si
   if (st.ok() && !warning.empty()) set_last_message(warning);
   return report(st);
 }
+}  // namespace
 
-Status phase_one_views(const char *op, std::initializer_list<TensorArg> tensors,
-                       const uint64_t *workspace_size, aclOpExecutor *const *executor) {
-  for (const TensorArg &a : tensors) {
-    FUSEKIT_RETURN_IF_ERROR(view_of(a.tensor, op, a.name, a.view, a.optional));
+aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
+                          aclOpExecutor *executor, aclrtStream stream) noexcept {
+  return guard_c_entry(op, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    return phase_two(op, workspace, workspace_size, executor, stream);
+  });
+}
+
+Status aclnn_views(const char *op, std::span<const TensorRole> roles,
+                   std::span<const aclTensor *const> args, std::span<TensorView *const> views,
+                   const ScalarTensorArg *scalar, TensorView *scalar_view,
+                   const uint64_t *workspace_size, aclOpExecutor *const *executor) {
+  for (size_t i = 0; i < roles.size(); ++i) {
+    FUSEKIT_RETURN_IF_ERROR(view_of(args[i], op, roles[i].name, views[i], roles[i].optional));
+  }
+  if (scalar != nullptr) {
+    FUSEKIT_RETURN_IF_ERROR(view_of(scalar->tensor, op, scalar->name, scalar_view, false));
   }
   if (workspace_size == nullptr) return Status::NullPointer(str_cat(op, ": workspaceSize is null"));
   if (executor == nullptr) return Status::NullPointer(str_cat(op, ": executor is null"));
-  return Status::Ok();
-}
-
-Status check_scalar_tensor(
-    const char *op, const char *name, const TensorView &scalar, DType dtype, int ndim,
-    std::initializer_list<std::pair<const TensorView *, const char *>> written) {
-  if (scalar.dtype != dtype || scalar.numel() != 1 || (ndim > 0 && scalar.ndim != ndim)) {
+  if (scalar == nullptr) return Status::Ok();
+  const char *name = scalar->name;
+  const DType dtype = scalar->dtype;
+  const int ndim = scalar->ndim;
+  const TensorView &s = *scalar_view;
+  if (s.dtype != dtype || s.numel() != 1 || (ndim > 0 && s.ndim != ndim)) {
     std::string want = str_cat("one ", dtype_name(dtype), " element");  // "int64 [1]" by rank
     if (ndim > 0) {
       want = str_cat(dtype_name(dtype), " [1");
       for (int d = 1; d < ndim; ++d) want += ", 1";
       want += "]";
     }
-    return Status::Invalid(str_cat(op, ": ", name, " must be ", want, ", got ",
-                                   dtype_name(scalar.dtype), " ", scalar.shape_string()));
+    return Status::Invalid(str_cat(op, ": ", name, " must be ", want, ", got ", dtype_name(s.dtype),
+                                   " ", s.shape_string()));
   }
-  if (scalar.data == nullptr) return Status::NullPointer(str_cat(op, ": ", name, " has no data"));
-  for (const auto &[t, tname] : written) {
-    if (t->overlaps(scalar)) {
-      return Status::Invalid(str_cat(op, ": ", name, " and ", tname, " overlap in memory"));
+  if (s.data == nullptr) return Status::NullPointer(str_cat(op, ": ", name, " has no data"));
+  for (size_t i = 0; i < roles.size() && !scalar->read_first; ++i) {
+    if (roles[i].written && views[i]->overlaps(s)) {
+      return Status::Invalid(str_cat(op, ": ", name, " and ", roles[i].name, " overlap in memory"));
     }
   }
   return Status::Ok();

@@ -6,13 +6,16 @@
 #ifndef FUSEKIT_RUNTIME_EXECUTOR_H_
 #define FUSEKIT_RUNTIME_EXECUTOR_H_
 
+#include <array>
 #include <cstdint>
-#include <initializer_list>
+#include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
 #include "aclnn/acl_meta.h"
+#include "common/c_entry.h"
 #include "common/plan.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
@@ -48,24 +51,25 @@ aclnnStatus finish_phase_one(const char *op, const Status &status,
                              std::unique_ptr<aclOpExecutor> executor, uint64_t *workspace_size,
                              aclOpExecutor **out);
 
-// One aclTensor argument of phase one: the tensor, its name, where its view goes.
-struct TensorArg {
+// A per-step scalar an aclnn face takes as a tensor (lr, step): one element of `dtype` with data
+// (`ndim`: a required rank, 0: any). Unless `read_first` (the implementation reads it before it
+// writes anything), it must not share memory with a tensor the step writes.
+struct ScalarTensorArg {
   const aclTensor *tensor;
   const char *name;
-  TensorView *view;
-  bool optional = false;  // a null tensor leaves the view empty instead of being refused
+  DType dtype;
+  int ndim = 0;
+  bool read_first = false;
 };
 
-// Phase one's arguments checked in the order every entry point uses: the views of its tensors
-// (in order), then its two outputs present. The first refusal, naming the argument.
-Status phase_one_views(const char *op, std::initializer_list<TensorArg> tensors,
-                       const uint64_t *workspace_size, aclOpExecutor *const *executor);
-
-// A per-step scalar passed as a tensor (lr, step): one element of `dtype` with data (`ndim`
-// names a required rank, 0: any), and no memory shared with the tensors the step writes.
-Status check_scalar_tensor(
-    const char *op, const char *name, const TensorView &scalar, DType dtype, int ndim,
-    std::initializer_list<std::pair<const TensorView *, const char *>> written);
+// Phase one's arguments, checked in the order every entry point uses: the views of the operator's
+// tensors in role order (named by the roles; an optional role takes null), the scalar tensor's
+// view, the two outputs present, then the scalar's own rules. The first refusal, naming the
+// argument.
+Status aclnn_views(const char *op, std::span<const TensorRole> roles,
+                   std::span<const aclTensor *const> args, std::span<TensorView *const> views,
+                   const ScalarTensorArg *scalar, TensorView *scalar_view,
+                   const uint64_t *workspace_size, aclOpExecutor *const *executor);
 
 // Phase one's plan: the problem of `tensors`, checked as phase two would check it, planned;
 // messages carry the aclnn name.
@@ -107,9 +111,36 @@ class PlanExecutor final : public aclOpExecutor {
   Warning warning_;
 };
 
-// Phase two: checks the workspace and stream, runs the executor and frees it (on failure too).
+// An aclnn face's phase one, written once: the views of `args` (the aclTensors in the order of
+// Op::kRoles) and of the optional per-step scalar tensor, checked; then the face's own part,
+// `setup(scalar_view, options, scalars)`: its attribute checks, the operator's options and per-run
+// scalars (a Status); then the problem, checked as phase two would, planned; the executor.
+template <class Op, class Setup>
+aclnnStatus aclnn_phase_one(const char *op,
+                            const std::array<const aclTensor *, std::size(Op::kRoles)> &args,
+                            const ScalarTensorArg *scalar,
+                            typename PlanExecutor<Op>::Warning warning, uint64_t *workspace_size,
+                            aclOpExecutor **executor, Setup &&setup) {
+  return guard_c_entry(op, ACLNN_ERR_INNER, [&]() -> aclnnStatus {
+    typename Op::Tensors tensors;
+    TensorView scalar_view;
+    Status st = aclnn_views(op, Op::kRoles, args, Op::views(tensors), scalar, &scalar_view,
+                            workspace_size, executor);
+    typename Op::Options options;
+    typename Op::Scalars scalars;
+    if (st.ok()) st = setup(static_cast<const TensorView &>(scalar_view), options, scalars);
+    PlanStateOf<Op> plan;
+    if (st.ok()) st = plan_phase_one<Op>(tensors, options, &plan);
+    std::unique_ptr<aclOpExecutor> ex;
+    if (st.ok()) ex = std::make_unique<PlanExecutor<Op>>(op, plan, tensors, scalars, warning);
+    return finish_phase_one(op, st, std::move(ex), workspace_size, executor);
+  });
+}
+
+// Phase two of every aclnn face: checks the workspace and stream, runs the executor and frees it
+// (on failure too). Nothing throws out of it.
 aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_size,
-                          aclOpExecutor *executor, aclrtStream stream);
+                          aclOpExecutor *executor, aclrtStream stream) noexcept;
 
 }  // namespace fusekit
 
