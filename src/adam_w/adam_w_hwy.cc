@@ -3,7 +3,8 @@
 // order as the reference kernel (common/hwy_dtype-inl.h's AdamVectors; no FMA), so results are
 // bitwise equal. Each vector's new m, v and var are computed in registers and checked before
 // anything is stored; a vector where one of them would be NaN or Inf (as stored) is redone element
-// by element, leaving those elements unchanged (common/adam_update.h).
+// by element by the reference kernel, which leaves those elements unchanged (common/adam_update.h);
+// the reference kernel also does the tail of fewer elements than a vector.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "adam_w/adam_w_hwy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -13,6 +14,7 @@
 #include <limits>
 
 #include "adam_w/adam_w_kernels.h"
+#include "common/float_types.h"
 #include "common/hwy_dispatch.h"
 #include "common/hwy_dtype-inl.h"
 #include "fusekit/float16.h"
@@ -33,17 +35,6 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
   const auto inf = hn::Set(df, std::numeric_limits<float>::infinity());
   const auto var_limit = hn::Set(df, std::bit_cast<float>(adam_stored_finite_limit<T>()));
   int64_t skipped = 0;
-  auto scalar = [&](int64_t i) {
-    float m = a.m[i], v = a.v[i];
-    const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
-    if (!adam_produced_finite<T>(m, v, w)) {
-      ++skipped;
-      return;
-    }
-    a.m[i] = m;
-    a.v[i] = v;
-    var[i] = from_float<T>(w);
-  };
   int64_t i = begin;
   for (; i + N <= end; i += N) {
     auto m = hn::LoadU(df, a.m + i), v = hn::LoadU(df, a.v + i);
@@ -51,26 +42,18 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
     const auto ok = hn::And(hn::And(hn::Lt(hn::Abs(m), inf), hn::Lt(hn::Abs(v), inf)),
                             hn::Lt(hn::Abs(w), var_limit));
     if (!hn::AllTrue(df, ok)) {
-      for (int64_t k = i; k < i + N; ++k) scalar(k);
+      skipped += adam_w_elements_reference(a, i, i + N);  // element by element
       continue;
     }
     StoreNarrow(df, w, var + i);
     hn::StoreU(m, df, a.m + i);
     hn::StoreU(v, df, a.v + i);
   }
-  for (; i < end; ++i) scalar(i);
-  return skipped;
+  return skipped + adam_w_elements_reference(a, i, end);
 }
 
 int64_t AdamWElements(const AdamWArgs &a, int64_t begin, int64_t end) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return Elements<float16_t>(a, begin, end);
-    case DType::kBFloat16:
-      return Elements<bfloat16_t>(a, begin, end);
-    default:
-      return Elements<float>(a, begin, end);
-  }
+  return with_float_type(a.dtype, [&]<class T>() { return Elements<T>(a, begin, end); });
 }
 
 }  // namespace

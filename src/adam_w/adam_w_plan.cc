@@ -87,14 +87,13 @@ std::vector<std::string> AdamW::implementations() {
 }
 
 Status AdamW::plan(const AdamWProblem &problem, const AdamWOptions &options, AdamW *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_plan<AdamWOp>(problem, options, &out->state_);
+  return make_plan<AdamWOp>(problem, options, out != nullptr ? &out->state_ : nullptr);
 }
 
 Status AdamW::plan(const TensorView &var, const TensorView &grad, const TensorView &m,
                    const TensorView &v, const AdamWOptions &options, AdamW *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_bound_plan<AdamWOp>({var, grad, m, v}, options, &out->state_);
+  return make_bound_plan<AdamWOp>({var, grad, m, v}, options,
+                                  out != nullptr ? &out->state_ : nullptr);
 }
 
 Status AdamW::run(const AdamWTensors &tensors, const AdamWScalars &scalars, AdamWStats *stats,

@@ -2,6 +2,7 @@
 // operations in the same order as the SIMD kernel (bitwise equal). An element whose new m, v or
 // var would be NaN or Inf (a non-finite gradient is one case) is left unchanged and counted.
 #include "adam_w/adam_w_kernels.h"
+#include "common/float_types.h"
 #include "fusekit/float16.h"
 
 namespace fusekit {
@@ -29,14 +30,7 @@ int64_t adam_w_elements(const AdamWArgs &a, int64_t begin, int64_t end) {
 }  // namespace
 
 int64_t adam_w_elements_reference(const AdamWArgs &a, int64_t begin, int64_t end) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return adam_w_elements<float16_t>(a, begin, end);
-    case DType::kBFloat16:
-      return adam_w_elements<bfloat16_t>(a, begin, end);
-    default:
-      return adam_w_elements<float>(a, begin, end);
-  }
+  return with_float_type(a.dtype, [&]<class T>() { return adam_w_elements<T>(a, begin, end); });
 }
 
 }  // namespace fusekit

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "add_lora/add_lora_kernels.h"
+#include "common/float_types.h"
 #include "fusekit/float16.h"
 // Per target (a Highway -inl.h header): LoadWide, StoreNarrow.
 #include "common/hwy_dispatch.h"
@@ -485,14 +486,8 @@ AddLoraItemCounts AddLoraCounts(const AddLoraArgs &a, const AddLoraScratch &s, i
 
 void AddLoraItems(const AddLoraArgs &a, const AddLoraScratch &s, const AddLoraWork &w,
                   int64_t begin, int64_t end, float *buf) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return lora::ItemsTyped<float16_t>(a, s, w, begin, end, buf);
-    case DType::kBFloat16:
-      return lora::ItemsTyped<bfloat16_t>(a, s, w, begin, end, buf);
-    default:
-      return lora::ItemsTyped<float>(a, s, w, begin, end, buf);
-  }
+  return with_float_type(a.dtype,
+                         [&]<class T>() { return lora::ItemsTyped<T>(a, s, w, begin, end, buf); });
 }
 
 }  // namespace fusekit::HWY_NAMESPACE

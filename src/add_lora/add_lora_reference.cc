@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "add_lora/add_lora_kernels.h"
+#include "common/float_types.h"
 #include "fusekit/float16.h"
 
 namespace fusekit {
@@ -65,17 +66,7 @@ AddLoraScratchSizes add_lora_scratch_sizes(int64_t h1, int64_t h2, int64_t r) {
 }
 
 void add_lora_reference(const AddLoraArgs &args, const AddLoraScratch &scratch) {
-  switch (args.dtype) {
-    case DType::kFloat16:
-      reference_typed<float16_t>(args, scratch);
-      break;
-    case DType::kBFloat16:
-      reference_typed<bfloat16_t>(args, scratch);
-      break;
-    default:
-      reference_typed<float>(args, scratch);
-      break;
-  }
+  with_float_type(args.dtype, [&]<class T>() { return reference_typed<T>(args, scratch); });
 }
 
 }  // namespace fusekit

@@ -10,6 +10,7 @@
 
 #include "apply_adam_w_quant/apply_adam_w_quant_hwy-inl.h"
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "common/float_types.h"
 #include "common/hwy_dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -17,14 +18,7 @@ namespace fusekit::HWY_NAMESPACE {
 namespace {
 
 int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return QuantBlocks<float16_t>(a, begin, end);
-    case DType::kBFloat16:
-      return QuantBlocks<bfloat16_t>(a, begin, end);
-    default:
-      return QuantBlocks<float>(a, begin, end);
-  }
+  return with_float_type(a.dtype, [&]<class T>() { return QuantBlocks<T>(a, begin, end); });
 }
 
 }  // namespace

@@ -164,8 +164,7 @@ std::vector<std::string> ApplyAdamWQuant::implementations() {
 
 Status ApplyAdamWQuant::plan(const ApplyAdamWQuantProblem &problem,
                              const ApplyAdamWQuantOptions &options, ApplyAdamWQuant *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_plan<ApplyAdamWQuantOp>(problem, options, &out->state_);
+  return make_plan<ApplyAdamWQuantOp>(problem, options, out != nullptr ? &out->state_ : nullptr);
 }
 
 Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, const TensorView &m,
@@ -173,9 +172,8 @@ Status ApplyAdamWQuant::plan(const TensorView &var, const TensorView &grad, cons
                              const TensorView &qmap_v, const TensorView &absmax_m,
                              const TensorView &absmax_v, const ApplyAdamWQuantOptions &options,
                              ApplyAdamWQuant *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
   return make_bound_plan<ApplyAdamWQuantOp>({var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v},
-                                            options, &out->state_);
+                                            options, out != nullptr ? &out->state_ : nullptr);
 }
 
 Status ApplyAdamWQuant::run(const ApplyAdamWQuantTensors &tensors,

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "common/float_types.h"
 #include "fusekit/float16.h"
 
 namespace fusekit {
@@ -62,14 +63,7 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 }  // namespace
 
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return quant_blocks<float16_t>(a, begin, end);
-    case DType::kBFloat16:
-      return quant_blocks<bfloat16_t>(a, begin, end);
-    default:
-      return quant_blocks<float>(a, begin, end);
-  }
+  return with_float_type(a.dtype, [&]<class T>() { return quant_blocks<T>(a, begin, end); });
 }
 
 }  // namespace fusekit

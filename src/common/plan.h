@@ -154,10 +154,12 @@ std::vector<std::string> implementation_names() {
   return names;
 }
 
-// Phase one: picks the implementation and books its workspace. *out is written only on success.
+// Phase one: picks the implementation and books its workspace. *out is written only on success
+// (null: kNullPointer, "Xxx: out is null").
 template <class Op>
 Status make_plan(const typename Op::Problem &problem, const typename Op::Options &options,
                  PlanStateOf<Op> *out) {
+  if (out == nullptr) return Status::NullPointer(str_cat(Op::kName, ": out is null"));
   PlanStateOf<Op> s;
   FUSEKIT_RETURN_IF_ERROR(choose_implementation<Op>(Op::implementations(), problem, options.kernel,
                                                     options.implementation, &s.impl));
@@ -180,6 +182,7 @@ Status make_plan(const typename Op::Problem &problem, const typename Op::Options
 template <class Op>
 Status make_bound_plan(const typename Op::Tensors &tensors, const typename Op::Options &options,
                        PlanStateOf<Op> *out) {
+  if (out == nullptr) return Status::NullPointer(str_cat(Op::kName, ": out is null"));
   typename Op::Problem problem;
   FUSEKIT_RETURN_IF_ERROR(Op::Problem::make(tensors, options, &problem));
   FUSEKIT_RETURN_IF_ERROR(problem.check(tensors));

@@ -123,15 +123,14 @@ std::vector<std::string> LazyAdam::implementations() {
 
 Status LazyAdam::plan(const LazyAdamProblem &problem, const LazyAdamOptions &options,
                       LazyAdam *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_plan<LazyAdamOp>(problem, options, &out->state_);
+  return make_plan<LazyAdamOp>(problem, options, out != nullptr ? &out->state_ : nullptr);
 }
 
 Status LazyAdam::plan(const TensorView &gradient, const TensorView &indices, const TensorView &m,
                       const TensorView &v, const TensorView &var, const LazyAdamOptions &options,
                       LazyAdam *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_bound_plan<LazyAdamOp>({gradient, indices, m, v, var}, options, &out->state_);
+  return make_bound_plan<LazyAdamOp>({gradient, indices, m, v, var}, options,
+                                     out != nullptr ? &out->state_ : nullptr);
 }
 
 Status LazyAdam::run(const LazyAdamTensors &tensors, const LazyAdamScalars &scalars,

@@ -174,14 +174,13 @@ std::vector<std::string> LazyAdamQuant::implementations() {
 
 Status LazyAdamQuant::plan(const LazyAdamQuantProblem &problem, const LazyAdamQuantOptions &options,
                            LazyAdamQuant *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_plan<LazyAdamQuantOp>(problem, options, &out->state_);
+  return make_plan<LazyAdamQuantOp>(problem, options, out != nullptr ? &out->state_ : nullptr);
 }
 
 Status LazyAdamQuant::plan(const LazyAdamQuantTensors &tensors, const LazyAdamQuantOptions &options,
                            LazyAdamQuant *out) {
-  if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  return make_bound_plan<LazyAdamQuantOp>(tensors, options, &out->state_);
+  return make_bound_plan<LazyAdamQuantOp>(tensors, options,
+                                          out != nullptr ? &out->state_ : nullptr);
 }
 
 Status LazyAdamQuant::run(const LazyAdamQuantTensors &tensors, const LazyAdamQuantScalars &scalars,
