@@ -97,19 +97,45 @@ void scatter(const TensorView &t, const int64_t *offs, int64_t count, const void
   });
 }
 
+// What the run needs to know of a kernel.
+struct Kernel {
+  AdamWQuantBlocksFn blocks;
+  QuantSearch search;  // how it finds codes: kBinarySearch for a kernel that never reads the tables
+  // Tables the kernel derives from the two maps' search tables, once per run (cached with them),
+  // into kAdamWQuantPreparedBytes; or null.
+  void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
+};
+Kernel kernel_of(QuantKernelKind kind, QuantSearch search) {
+  switch (kind) {
+    case QuantKernelKind::kAvx512Vbmi:
+      return {adam_w_quant_blocks_avx512vbmi(), QuantSearch::kBinarySearch,
+              &adam_w_quant_prepare_avx512vbmi};
+    case QuantKernelKind::kHwy:
+      return {adam_w_quant_blocks_hwy(), search, nullptr};
+    default:
+      return {&adam_w_quant_blocks_reference, QuantSearch::kBinarySearch, nullptr};
+  }
+}
+
 }  // namespace
 
-bool adam_w_quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {
+const char *quant_avx512vbmi_why_not(const ApplyAdamWQuantProblem & /*p*/) {
+  return adam_w_quant_avx512vbmi_why_not();
+}
+
+bool quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {
   return quant_wants_table(search, p.n);
 }
 
-size_t adam_w_quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, bool with_tables) {
-  return p.n == 0 ? 0 : layout_for(with_tables).total;
+size_t quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/,
+                                 bool with_table) {
+  return p.n == 0 ? 0 : layout_for(with_table).total;
 }
 
-Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQuantProblem &p,
-                            const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &scalars,
-                            const RunContext &ctx, ApplyAdamWQuantStats *stats) {
+Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
+                     const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &scalars,
+                     const RunContext &ctx, ApplyAdamWQuantStats *stats) {
+  const Kernel kernel = kernel_of(kind, search);
   int64_t step = 0;
   float lr = 0;
   FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(kOp, scalars, &step, &lr));
@@ -131,7 +157,7 @@ Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQ
   a.map_m = cache->tables[0];
   a.map_v = cache->tables[1];
   a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-  if (adam_w_quant_wants_table(kernel.search, p)) {
+  if (quant_wants_table(kernel.search, p)) {
     const WorkspaceLayout w = layout_for(true);
     build_quant_lut(&a.map_m, ctx.workspace + w.lut);
     build_quant_lut(&a.map_v, ctx.workspace + w.lut + quant_lut_bytes());

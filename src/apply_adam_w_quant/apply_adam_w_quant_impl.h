@@ -9,6 +9,7 @@
 
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
 #include "common/plan.h"
+#include "common/quant_implementations.h"
 #include "common/quant_search.h"
 #include "fusekit/apply_adam_w_quant.h"
 
@@ -34,25 +35,14 @@ struct ApplyAdamWQuantOp
 };
 using ApplyAdamWQuantImpl = Implementation<ApplyAdamWQuantOp>;
 
-// What the CPU run (apply_adam_w_quant_cpu.cc) needs to know of a CPU implementation's kernel.
-struct AdamWQuantCpuKernel {
-  AdamWQuantBlocksFn blocks;
-  // Whether the kernel builds and reads the lookup tables: kBinarySearch for a kernel that never
-  // does, kAuto (when the tensor is large), kTable (always).
-  QuantSearch search;
-  // Tables the kernel derives from the two maps' search tables, once per run (cached with them),
-  // into kAdamWQuantPreparedBytes; or null.
-  void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
-};
-
-// Whether a run of `kernel` on the problem builds the lookup tables.
-bool adam_w_quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p);
-
-// The CPU implementations' workspace and run, in stages: check (both maps), tables, update.
-size_t adam_w_quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, bool with_tables);
-Status adam_w_quant_cpu_run(const AdamWQuantCpuKernel &kernel, const ApplyAdamWQuantProblem &p,
-                            const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &s,
-                            const RunContext &ctx, ApplyAdamWQuantStats *stats);
+// The CPU implementations (common/quant_implementations.h's list), run by
+// apply_adam_w_quant_cpu.cc in stages: check (both maps), tables, update.
+const char *quant_avx512vbmi_why_not(const ApplyAdamWQuantProblem &p);
+bool quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p);
+size_t quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, int threads, bool with_table);
+Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
+                     const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &s,
+                     const RunContext &ctx, ApplyAdamWQuantStats *stats);
 
 }  // namespace fusekit
 

@@ -13,6 +13,7 @@
 //   update  the row kernel over chunks of entries claimed by the threads, each chunk whole rows.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -48,20 +49,58 @@ WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with
   return w;
 }
 
+// Entries in flight: enough ahead to cover memory latency, few enough that the prefetched lines
+// (six rows per entry: gradient, var, two code rows, two absmax rows) stay within what the core
+// can track; LazyAdam's rule on the bytes of the gradient and var rows.
+int64_t prefetch_ahead(const LazyAdamQuantProblem &p) {
+  static const int64_t forced = [] {
+    const char *e = std::getenv("FUSEKIT_LAZY_ADAM_QUANT_PREFETCH");  // for tuning runs only
+    return e != nullptr ? std::atoll(e) : 0;
+  }();
+  if (forced > 0) return forced;
+  const auto row_bytes =
+      static_cast<int64_t>(dtype_size(p.desc.var.dtype)) * std::max<int64_t>(p.d, 1);
+  return std::clamp<int64_t>(2048 / row_bytes, 2, 16);
+}
+
+// What the run needs to know of a kernel.
+struct Kernel {
+  LazyAdamQuantRowsFn rows;
+  QuantSearch search;  // how it finds codes: kBinarySearch for a kernel that never reads the tables
+  // Tables the kernel derives from the two maps' search tables (kQuantVbmiTablesBytes), or null.
+  void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
+  int64_t prefetch_ahead;  // entries
+};
+Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p) {
+  switch (kind) {
+    case QuantKernelKind::kAvx512Vbmi:
+      return {lazy_adam_quant_rows_avx512vbmi(), QuantSearch::kBinarySearch,
+              &lazy_adam_quant_prepare_avx512vbmi, prefetch_ahead(p)};
+    case QuantKernelKind::kHwy:
+      return {lazy_adam_quant_rows_hwy(), search, nullptr, prefetch_ahead(p)};
+    default:
+      return {&lazy_adam_quant_rows_reference, QuantSearch::kBinarySearch, nullptr, 0};
+  }
+}
+
 }  // namespace
 
-bool lazy_adam_quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
+const char *quant_avx512vbmi_why_not(const LazyAdamQuantProblem & /*p*/) {
+  return lazy_adam_quant_avx512vbmi_why_not();
+}
+
+bool quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
   return quant_wants_table(search, p.n * p.d);
 }
 
-size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads,
-                                           bool with_lut) {
-  return p.n == 0 ? 0 : layout_for(p, threads, with_lut).total;
+size_t quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads, bool with_table) {
+  return p.n == 0 ? 0 : layout_for(p, threads, with_table).total;
 }
 
-Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyAdamQuantProblem &p,
-                               const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
-                               const RunContext &ctx, LazyAdamQuantStats *stats) {
+Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p,
+                     const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
+                     const RunContext &ctx, LazyAdamQuantStats *stats) {
+  const Kernel kernel = kernel_of(kind, search, p);
   float lr = 0;
   FUSEKIT_RETURN_IF_ERROR(host_lr(kOp, s.lr, s.lr_tensor, &lr));
   LazyAdamQuantStats &st = *stats;
@@ -76,7 +115,7 @@ Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyA
     timer.stage("check");
     return Status::Ok();
   }
-  const bool with_lut = lazy_adam_quant_wants_table(kernel.search, p);
+  const bool with_lut = quant_wants_table(kernel.search, p);
   const WorkspaceLayout w = layout_for(p, threads, with_lut);
   char *base = ctx.workspace;
   RowEntries e;

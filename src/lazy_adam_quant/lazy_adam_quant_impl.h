@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/plan.h"
+#include "common/quant_implementations.h"
 #include "common/quant_search.h"
 #include "fusekit/lazy_adam_quant.h"
 #include "lazy_adam_quant/lazy_adam_quant_kernels.h"
@@ -34,27 +35,14 @@ struct LazyAdamQuantOp : OpTypes<LazyAdamQuantProblem, LazyAdamQuantTensors, Laz
 };
 using LazyAdamQuantImpl = Implementation<LazyAdamQuantOp>;
 
-// What the CPU run (lazy_adam_quant_cpu.cc) needs to know of a CPU implementation's kernel.
-struct LazyAdamQuantCpuKernel {
-  LazyAdamQuantRowsFn rows;
-  // Whether the kernel builds and reads the 65,536-entry lookup tables: kBinarySearch for a kernel
-  // that never does, kAuto (on a large step), kTable (always).
-  QuantSearch search;
-  // Tables the kernel derives from the two maps' search tables (kQuantVbmiTablesBytes), or null.
-  void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
-  int64_t prefetch_ahead;  // entries
-};
-
-// Whether a run with `search` on the problem builds the lookup tables.
-bool lazy_adam_quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p);
-
-// The CPU implementations' workspace and run, in stages: check (maps, indices), tables, group,
-// update.
-size_t lazy_adam_quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads,
-                                           bool with_lut);
-Status lazy_adam_quant_cpu_run(const LazyAdamQuantCpuKernel &kernel, const LazyAdamQuantProblem &p,
-                               const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
-                               const RunContext &ctx, LazyAdamQuantStats *stats);
+// The CPU implementations (common/quant_implementations.h's list), run by lazy_adam_quant_cpu.cc in
+// stages: check (maps, indices), tables, group, update.
+const char *quant_avx512vbmi_why_not(const LazyAdamQuantProblem &p);
+bool quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p);
+size_t quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads, bool with_table);
+Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p,
+                     const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
+                     const RunContext &ctx, LazyAdamQuantStats *stats);
 
 }  // namespace fusekit
 
