@@ -3,22 +3,19 @@
 // permutes for the map lookups, an in-register binary search for the codes), which is 1.8x faster
 // on Zen 4, where gathers cost about one cycle per lane. Bitwise the results of the other kernels.
 //
-// Compiled through foreach_target.h like the other Highway files, but code is emitted only in the
-// AVX3 pass (or AVX3_DL, when only that one is built), with VBMI added to the pass's target
-// attributes; the implementation list runs it only where the CPU has AVX-512 F, BW, DQ, VL and VBMI
-// (adam_w_quant_avx512vbmi_why_not). The byte planes, the in-register searches and the register
-// tables are common/quant_codes_avx512vbmi-inl.h (shared with LazyAdamQuant). A partial last
-// block, and m's sign fix on maps whose thresholds share buckets, run the generic kernel's code
-// (apply_adam_w_quant_hwy-inl.h, common/quant_codes_hwy-inl.h) of the same pass.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "apply_adam_w_quant/apply_adam_w_quant_avx512vbmi.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// A single-ISA source, compiled once with its own flags (fusekit_avx512vbmi_sources in
+// CMakeLists.txt: Highway's static target AVX3, no per-target passes), with VBMI added to its
+// functions' target attributes; the implementation list runs it only where the CPU has AVX-512 F,
+// BW, DQ, VL and VBMI (adam_w_quant_avx512vbmi_why_not). The byte planes, the in-register searches
+// and the register tables are common/avx512/quant_codes_avx512vbmi.h (shared with LazyAdamQuant).
+// A partial last block, and m's sign fix on maps whose thresholds share buckets, run the generic
+// kernel's code (apply_adam_w_quant_hwy-inl.h, common/quant_codes_hwy-inl.h) for the same target.
 #include <hwy/highway.h>
 
-#if HWY_ARCH_X86
-#include <immintrin.h>
-#endif
+#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "common/quant_search.h"
 
+#if HWY_ARCH_X86
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,11 +23,9 @@
 #include <new>
 
 #include "apply_adam_w_quant/apply_adam_w_quant_hwy-inl.h"
-#include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
-#include "common/quant_codes_avx512vbmi-inl.h"  // sets FUSEKIT_QUANT_VBMI_HERE for this pass
+#include "common/avx512/quant_codes_avx512vbmi.h"
 #include "fusekit/float16.h"
 
-#if FUSEKIT_QUANT_VBMI_HERE
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -164,36 +159,29 @@ void PrepareVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out) {
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
-#endif  // FUSEKIT_QUANT_VBMI_HERE
+#endif  // HWY_ARCH_X86
 
-#if HWY_ONCE
 namespace fusekit {
 
 AdamWQuantBlocksFn adam_w_quant_blocks_avx512vbmi() {
-#if defined(FUSEKIT_QUANT_VBMI_IN_AVX3)
-  return &N_AVX3::AdamWQuantBlocksVbmi;
-#elif defined(FUSEKIT_QUANT_VBMI_IN_AVX3_DL)
-  return &N_AVX3_DL::AdamWQuantBlocksVbmi;
+#if HWY_ARCH_X86
+  return &HWY_NAMESPACE::AdamWQuantBlocksVbmi;
 #else
   return nullptr;
 #endif
 }
 
 void adam_w_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v, void *out) {
-#if defined(FUSEKIT_QUANT_VBMI_IN_AVX3)
-  N_AVX3::PrepareVbmi(m, v, out);
-#elif defined(FUSEKIT_QUANT_VBMI_IN_AVX3_DL)
-  N_AVX3_DL::PrepareVbmi(m, v, out);
+#if HWY_ARCH_X86
+  HWY_NAMESPACE::PrepareVbmi(m, v, out);
 #else
   (void)m, (void)v, (void)out;
 #endif
 }
 
 const char *adam_w_quant_avx512vbmi_why_not() {
-  if (adam_w_quant_blocks_avx512vbmi() == nullptr)
-    return "this library was built without an AVX-512 target";
+  if (adam_w_quant_blocks_avx512vbmi() == nullptr) return "this library was built for another CPU";
   return avx512vbmi_cpu_why_not();
 }
 
 }  // namespace fusekit
-#endif  // HWY_ONCE

@@ -83,7 +83,7 @@ HWY_INLINE void StoreNarrow(DF /* df */, hn::Vec<DF> w, bfloat16_t *p) {
   hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, reinterpret_cast<uint16_t *>(p));
 }
 template <class DF>
-HWY_INLINE void StoreNarrow(DF df, hn::Vec<DF> w, float16_t *p) {
+HWY_INLINE void StoreNarrow([[maybe_unused]] DF df, hn::Vec<DF> w, float16_t *p) {
 #if FUSEKIT_HWY_HW_F16
   const hn::Rebind<hwy::float16_t, DF> dh;
   hn::StoreU(hn::DemoteTo(dh, w), dh, reinterpret_cast<hwy::float16_t *>(p));

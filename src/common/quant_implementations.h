@@ -41,9 +41,8 @@ class QuantImplementations {
     return quant_cpu_workspace_bytes(p, threads, K == QK::kHwy && quant_wants_table(S, p));
   }
   template <QK K, QS S>
-  static Status run(const Problem &p, const typename Op::Tensors &t,
-                    const typename Op::Scalars &s, const RunContext &ctx,
-                    typename Op::Stats *st) {
+  static Status run(const Problem &p, const typename Op::Tensors &t, const typename Op::Scalars &s,
+                    const RunContext &ctx, typename Op::Stats *st) {
     return quant_cpu_run(K, S, p, t, s, ctx, st);
   }
 
@@ -51,17 +50,21 @@ class QuantImplementations {
                                             workspace<QK::kAvx512Vbmi, QS::kBinarySearch>,
                                             run<QK::kAvx512Vbmi, QS::kBinarySearch>};
   static constexpr Implementation<Op> kHwy{"cpu_hwy", cpu_only<Op>, hwy_dispatched_target,
-                                           workspace<QK::kHwy, QS::kAuto>, run<QK::kHwy, QS::kAuto>};
+                                           workspace<QK::kHwy, QS::kAuto>,
+                                           run<QK::kHwy, QS::kAuto>};
   static constexpr Implementation<Op> kHwyTable{
-      "cpu_hwy_table", cpu_only<Op>, hwy_dispatched_target, workspace<QK::kHwy, QS::kTable>,
+      "cpu_hwy_table",           cpu_only<Op>,
+      hwy_dispatched_target,     workspace<QK::kHwy, QS::kTable>,
       run<QK::kHwy, QS::kTable>, /*by_name_only=*/true};
-  static constexpr Implementation<Op> kHwyBinarySearch{
-      "cpu_hwy_binary_search",       cpu_only<Op>, hwy_dispatched_target,
-      workspace<QK::kHwy, QS::kBinarySearch>, run<QK::kHwy, QS::kBinarySearch>,
-      /*by_name_only=*/true};
-  static constexpr Implementation<Op> kReference{
-      kReferenceName, cpu_only<Op>, scalar_target, workspace<QK::kReference, QS::kBinarySearch>,
-      run<QK::kReference, QS::kBinarySearch>};
+  static constexpr Implementation<Op> kHwyBinarySearch{"cpu_hwy_binary_search",
+                                                       cpu_only<Op>,
+                                                       hwy_dispatched_target,
+                                                       workspace<QK::kHwy, QS::kBinarySearch>,
+                                                       run<QK::kHwy, QS::kBinarySearch>,
+                                                       /*by_name_only=*/true};
+  static constexpr Implementation<Op> kReference{kReferenceName, cpu_only<Op>, scalar_target,
+                                                 workspace<QK::kReference, QS::kBinarySearch>,
+                                                 run<QK::kReference, QS::kBinarySearch>};
   static constexpr const Implementation<Op> *kList[] = {&kVbmi, &kHwy, &kHwyTable,
                                                         &kHwyBinarySearch, &kReference};
 

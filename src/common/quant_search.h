@@ -1,7 +1,7 @@
 // fusekit internal: the exact nearest-code search of the 8-bit optimizers (ApplyAdamWQuant,
 // LazyAdamQuant): the search tables of a 256-entry map and the scalar search. The SIMD searches
 // over these tables are common/quant_codes_hwy-inl.h (every Highway target) and
-// common/quant_codes_avx512vbmi-inl.h (AVX-512 VBMI, in registers). Built by quant_map.cc.
+// common/avx512/quant_codes_avx512vbmi.h (AVX-512 VBMI, in registers). Built by quant_map.cc.
 #ifndef FUSEKIT_COMMON_QUANT_SEARCH_H_
 #define FUSEKIT_COMMON_QUANT_SEARCH_H_
 
@@ -88,7 +88,7 @@ int quant_count_reference(const QuantMapTables &t, float x);
 // The full code of x, sign fix included (for m tables with sign_fix).
 uint8_t quant_code_reference(const QuantMapTables &t, float x);
 
-// The register tables of the AVX-512 VBMI search (common/quant_codes_avx512vbmi-inl.h, VbmiTables)
+// The register tables of the AVX-512 VBMI search (common/avx512/quant_codes_avx512vbmi.h, VbmiTables)
 // for an m map and a v map: at most this many bytes, 64-aligned.
 inline constexpr size_t kQuantVbmiTablesBytes = 12288;
 

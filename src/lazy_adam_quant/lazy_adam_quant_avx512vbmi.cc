@@ -1,6 +1,6 @@
 // LazyAdamQuant, the cpu_avx512vbmi implementation's kernel: AVX-512 with VBMI (Zen 4, Ice Lake and
 // later). Nothing is gathered: the maps are byte planes in registers for the dequantization, and
-// the codes come from ApplyAdamWQuant's in-register searches (common/quant_codes_avx512vbmi-inl.h:
+// the codes come from ApplyAdamWQuant's in-register searches (common/avx512/quant_codes_avx512vbmi.h:
 // Dequant64, BlockCodes16, BlockCodes2, the register tables of one run).
 //
 // Per touched row (whole rows, as the other kernels): the gradient rows summed in order of
@@ -16,31 +16,27 @@
 // gradient, var, code and absmax rows of the entry a few ahead. Bitwise the results of the other
 // kernels.
 //
-// Compiled through foreach_target.h; code is emitted only in the AVX3 pass (or AVX3_DL, when only
-// that one is built) with VBMI added to the target attributes; the implementation list runs it
-// only where the CPU has AVX-512 F, BW, DQ, VL and VBMI.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "lazy_adam_quant/lazy_adam_quant_avx512vbmi.cc"
+// A single-ISA source, compiled once with its own flags (fusekit_avx512vbmi_sources in
+// CMakeLists.txt: Highway's static target AVX3, no per-target passes), with VBMI added to its
+// functions' target attributes; the implementation list runs it only where the CPU has AVX-512 F,
+// BW, DQ, VL and VBMI.
 #include <hwy/cache_control.h>
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#if HWY_ARCH_X86
-#include <immintrin.h>
-#endif
+#include "common/quant_search.h"
+#include "lazy_adam_quant/lazy_adam_quant_kernels.h"
 
+#if HWY_ARCH_X86
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "common/adam_update.h"
-#include "common/quant_codes_avx512vbmi-inl.h"  // sets FUSEKIT_QUANT_VBMI_HERE for this pass
+#include "common/avx512/quant_codes_avx512vbmi.h"
 #include "common/quant_codes_hwy-inl.h"
 #include "fusekit/float16.h"
-#include "lazy_adam_quant/lazy_adam_quant_kernels.h"
 
-#if FUSEKIT_QUANT_VBMI_HERE
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -852,16 +848,13 @@ void PrepareLaqVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out)
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
-#endif  // FUSEKIT_QUANT_VBMI_HERE
+#endif  // HWY_ARCH_X86
 
-#if HWY_ONCE
 namespace fusekit {
 
 LazyAdamQuantRowsFn lazy_adam_quant_rows_avx512vbmi() {
-#if defined(FUSEKIT_QUANT_VBMI_IN_AVX3)
-  return &N_AVX3::LazyAdamQuantRowsVbmi;
-#elif defined(FUSEKIT_QUANT_VBMI_IN_AVX3_DL)
-  return &N_AVX3_DL::LazyAdamQuantRowsVbmi;
+#if HWY_ARCH_X86
+  return &HWY_NAMESPACE::LazyAdamQuantRowsVbmi;
 #else
   return nullptr;
 #endif
@@ -869,20 +862,16 @@ LazyAdamQuantRowsFn lazy_adam_quant_rows_avx512vbmi() {
 
 void lazy_adam_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v,
                                         void *out) {
-#if defined(FUSEKIT_QUANT_VBMI_IN_AVX3)
-  N_AVX3::PrepareLaqVbmi(m, v, out);
-#elif defined(FUSEKIT_QUANT_VBMI_IN_AVX3_DL)
-  N_AVX3_DL::PrepareLaqVbmi(m, v, out);
+#if HWY_ARCH_X86
+  HWY_NAMESPACE::PrepareLaqVbmi(m, v, out);
 #else
   (void)m, (void)v, (void)out;
 #endif
 }
 
 const char *lazy_adam_quant_avx512vbmi_why_not() {
-  if (lazy_adam_quant_rows_avx512vbmi() == nullptr)
-    return "this library was built without an AVX-512 target";
+  if (lazy_adam_quant_rows_avx512vbmi() == nullptr) return "this library was built for another CPU";
   return avx512vbmi_cpu_why_not();
 }
 
 }  // namespace fusekit
-#endif  // HWY_ONCE

@@ -1,55 +1,34 @@
-// fusekit internal, per Highway target: the AVX-512 VBMI nearest-code search and dequantization of
-// the 8-bit optimizers (ApplyAdamWQuant's cpu_avx512vbmi kernel, and LazyAdamQuant's): the maps as
-// byte planes in registers (Dequant64), the in-register binary searches over the decision
-// thresholds (32-bit SearchN, 16-bit Search16N), the block code routines (BlockCodes2,
-// BlockCodes16), and the register tables of one run (VbmiTables, PrepareTables). The tables are
-// common/quant_search.h; docs/apply_adam_w_quant.md explains the method.
+// fusekit internal: the AVX-512 VBMI nearest-code search and dequantization of the 8-bit
+// optimizers (ApplyAdamWQuant's cpu_avx512vbmi kernel, and LazyAdamQuant's): the maps as byte
+// planes in registers (Dequant64), the in-register binary searches over the decision thresholds
+// (32-bit SearchN, 16-bit Search16N), the block code routines (BlockCodes2, BlockCodes16), and the
+// register tables of one run (VbmiTables, PrepareTables). The tables are common/quant_search.h;
+// docs/apply_adam_w_quant.md explains the method.
 //
-// Code is emitted only in one pass of foreach_target.h: AVX3 (or AVX3_DL, when only that one is
-// built), with avx512vbmi added to the pass's target attributes (FUSEKIT_QUANT_VBMI); the pass
-// sets FUSEKIT_QUANT_VBMI_HERE to 1 and defines FUSEKIT_QUANT_VBMI_IN_AVX3 or
-// FUSEKIT_QUANT_VBMI_IN_AVX3_DL, which the including file's HWY_ONCE part reads to name the
-// pass's namespace. Call this code only where avx512vbmi_cpu_why_not() is null.
-//
-// Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace
-// (it includes common/quant_codes_hwy-inl.h). Everything is in an anonymous namespace (a copy per
-// including file).
+// For the single-ISA sources (src/<op>/<op>_avx512vbmi.cc), which are compiled once, for one
+// target, with their own flags (fusekit_avx512vbmi_sources in CMakeLists.txt): Highway's static
+// target set to AVX3 (AVX-512 F, BW, DQ, VL), so that Highway's code and ours carry that target's
+// attributes and the rest of the library is unaffected, and no per-target passes. The functions
+// here and the kernels' own add VBMI (FUSEKIT_QUANT_VBMI). Call them only where
+// avx512vbmi_cpu_why_not() is null. Everything is in an anonymous namespace (a copy per including
+// file).
+#ifndef FUSEKIT_COMMON_AVX512_QUANT_CODES_AVX512VBMI_H_
+#define FUSEKIT_COMMON_AVX512_QUANT_CODES_AVX512VBMI_H_
+
+#include <hwy/highway.h>
+#include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 #include <new>
 
+#include "common/quant_codes_hwy-inl.h"  // Codes, for maps where m's sign fix acts (GenericCodes)
 #include "common/quant_search.h"
 
-#if HWY_ARCH_X86
-#include <immintrin.h>
+#if HWY_TARGET != HWY_AVX3
+#error "compile with fusekit_avx512vbmi_sources (Highway's static target AVX3)"
 #endif
 
-#if defined(FUSEKIT_COMMON_QUANT_CODES_AVX512VBMI_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef FUSEKIT_COMMON_QUANT_CODES_AVX512VBMI_INL_H_
-#undef FUSEKIT_COMMON_QUANT_CODES_AVX512VBMI_INL_H_
-#else
-#define FUSEKIT_COMMON_QUANT_CODES_AVX512VBMI_INL_H_
-#endif
-
-#include <hwy/highway.h>
-
-#include "common/quant_codes_hwy-inl.h"  // Codes, for maps where m's sign fix acts (GenericCodes)
-
-#undef FUSEKIT_QUANT_VBMI_HERE
-#if HWY_ARCH_X86 && \
-    (HWY_TARGET == HWY_AVX3 || (HWY_TARGET == HWY_AVX3_DL && (HWY_TARGETS & HWY_AVX3) == 0))
-#define FUSEKIT_QUANT_VBMI_HERE 1
-#if HWY_TARGET == HWY_AVX3
-#define FUSEKIT_QUANT_VBMI_IN_AVX3 1
-#else
-#define FUSEKIT_QUANT_VBMI_IN_AVX3_DL 1
-#endif
-#else
-#define FUSEKIT_QUANT_VBMI_HERE 0
-#endif
-
-#if FUSEKIT_QUANT_VBMI_HERE
 HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -62,7 +41,6 @@ constexpr int kQuantBlock = 256;  // the values one block routine codes
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#undef FUSEKIT_QUANT_VBMI
 #define FUSEKIT_QUANT_VBMI __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
 
 // ---- AVX-512 with VBMI: no gathers for the dequantization ------------------------------------
@@ -556,6 +534,5 @@ FUSEKIT_QUANT_VBMI void PrepareTables(const QuantMapTables &m, const QuantMapTab
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
-#endif  // FUSEKIT_QUANT_VBMI_HERE
 
-#endif  // FUSEKIT_COMMON_QUANT_CODES_AVX512VBMI_INL_H_ toggle
+#endif  // FUSEKIT_COMMON_AVX512_QUANT_CODES_AVX512VBMI_H_
