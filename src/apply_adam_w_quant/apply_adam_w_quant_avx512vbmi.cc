@@ -31,12 +31,6 @@ namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
-// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags (and -Wuninitialized, where a helper is not inlined: HWY_INLINE in sanitizer builds).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 // kCodes: the mode (each its own instantiation: a branch for an unused step made GCC allocate the
 // hot loops worse).
 template <typename T, int kCodes>
@@ -155,7 +149,6 @@ void PrepareVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out) {
   PrepareTables(m, v, out);
 }
 
-#pragma GCC diagnostic pop
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

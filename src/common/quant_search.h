@@ -88,8 +88,8 @@ int quant_count_reference(const QuantMapTables &t, float x);
 // The full code of x, sign fix included (for m tables with sign_fix).
 uint8_t quant_code_reference(const QuantMapTables &t, float x);
 
-// The register tables of the AVX-512 VBMI search (common/avx512/quant_codes_avx512vbmi.h, VbmiTables)
-// for an m map and a v map: at most this many bytes, 64-aligned.
+// The register tables of the AVX-512 VBMI search (common/avx512/quant_codes_avx512vbmi.h,
+// VbmiTables) for an m map and a v map: at most this many bytes, 64-aligned.
 inline constexpr size_t kQuantVbmiTablesBytes = 12288;
 
 // Null when this CPU (and its operating system) runs AVX-512 F, BW, DQ, VL and VBMI code, else

@@ -1,7 +1,8 @@
 // LazyAdamQuant, the cpu_avx512vbmi implementation's kernel: AVX-512 with VBMI (Zen 4, Ice Lake and
 // later). Nothing is gathered: the maps are byte planes in registers for the dequantization, and
-// the codes come from ApplyAdamWQuant's in-register searches (common/avx512/quant_codes_avx512vbmi.h:
-// Dequant64, BlockCodes16, BlockCodes2, the register tables of one run).
+// the codes come from ApplyAdamWQuant's in-register searches
+// (common/avx512/quant_codes_avx512vbmi.h: Dequant64, BlockCodes16, BlockCodes2, the register
+// tables of one run).
 //
 // Per touched row (whole rows, as the other kernels): the gradient rows summed in order of
 // occurrence (float32), then per block of 256 columns, 64 codes at a time (masked loads past D),
@@ -41,12 +42,6 @@ HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace {
-
-// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags (and -Wuninitialized, where a helper is not inlined: HWY_INLINE in sanitizer builds).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Whether [p, p + bytes) and [q, q + bytes) lie in the same cache lines (a packed state: m's and
 // v's codes, or their absmax, in one row of one table).
@@ -844,7 +839,6 @@ void PrepareLaqVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out)
   PrepareTables(m, v, out);
 }
 
-#pragma GCC diagnostic pop
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

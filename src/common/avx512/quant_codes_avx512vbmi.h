@@ -36,11 +36,6 @@ namespace {
 
 constexpr int kQuantBlock = 256;  // the values one block routine codes
 
-// GCC 12's AVX-512 headers seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags (and -Wuninitialized, where a helper is not inlined: HWY_INLINE in sanitizer builds).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #define FUSEKIT_QUANT_VBMI __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
 
 // ---- AVX-512 with VBMI: no gathers for the dequantization ------------------------------------
@@ -530,7 +525,6 @@ FUSEKIT_QUANT_VBMI void PrepareTables(const QuantMapTables &m, const QuantMapTab
   }
 }
 
-#pragma GCC diagnostic pop
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
