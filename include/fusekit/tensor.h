@@ -47,8 +47,9 @@ struct TensorView {
   FUSEKIT_API bool inner_contiguous() const;
   // For a 2-D view: the distance between rows, in elements.
   int64_t row_stride() const { return ndim >= 2 ? strides[ndim - 2] : shape[0]; }
-  // "[2000000, 32]" for messages.
+  // "[2000000, 32]" for messages; the strides the same way.
   FUSEKIT_API std::string shape_string() const;
+  FUSEKIT_API std::string strides_string() const;
   // The [first, last) bytes the view can touch; {0, 0} for an empty view.
   FUSEKIT_API void byte_range(uintptr_t *first, uintptr_t *last) const;
   // True when the byte ranges of two views intersect.

@@ -12,14 +12,10 @@ namespace {
 
 Status cpu_run(AdamWElementsFn kernel, const AdamWProblem &p, const AdamWTensors &t,
                const AdamWScalars &s, const RunContext &ctx, AdamWStats *st) {
-  int64_t step = 0;
-  float lr = 0;
-  FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(AdamWOp::kName, s, &step, &lr));
+  AdamWArgs a;
+  FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(AdamWOp::kName, s, p, &a));
   ctx.timer->stage("bind");
   if (p.n == 0) return Status::Ok();
-  AdamWArgs a;
-  static_cast<AdamScalars &>(a) =
-      derive_adam_scalars(step, {lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
   a.var = t.var.data;
   a.grad = t.grad.data;
   a.m = t.m.as<float>();

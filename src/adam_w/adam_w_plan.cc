@@ -16,29 +16,12 @@ namespace {
 
 constexpr const char *kOp = "AdamW";
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
-std::string strides_string(const TensorView &t) {
-  std::string s = "[";
-  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.strides[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, AdamWProblem *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
   const TensorView &var = t.var, &grad = t.grad, &m = t.m, &v = t.v;
-  if (!is_float_type(var.dtype)) {
-    return Status::Invalid(str_cat(kOp, ": var has dtype ", dtype_name(var.dtype),
-                                   "; float32, float16 or bfloat16 is required"));
-  }
-  if (grad.dtype != var.dtype) {
-    return Status::Invalid(str_cat(kOp, ": grad has dtype ", dtype_name(grad.dtype),
-                                   " but var has ", dtype_name(var.dtype), "; they must match"));
-  }
+  FUSEKIT_RETURN_IF_ERROR(check_var_grad_dtypes(kOp, "var", var, "grad", grad));
   if (m.dtype != DType::kFloat32 || v.dtype != DType::kFloat32) {
     return Status::Invalid(str_cat(kOp, ": m and v must be float32, got ", dtype_name(m.dtype),
                                    " and ", dtype_name(v.dtype)));
@@ -56,7 +39,7 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
     if (!all[i]->is_contiguous()) {
       return Status::Invalid(str_cat(kOp, ": ", AdamWOp::kRoles[i].name,
                                      " must be contiguous, got shape ", all[i]->shape_string(),
-                                     " with strides ", strides_string(*all[i])));
+                                     " with strides ", all[i]->strides_string()));
     }
   }
   AdamAttributes attr;

@@ -117,122 +117,127 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search) {
   }
 }
 
+// The CPU run, as common/quant_implementations.h's list asks for it.
+struct Cpu {
+  static const char *avx512vbmi_why_not(const ApplyAdamWQuantProblem & /*p*/) {
+    return adam_w_quant_avx512vbmi_why_not();
+  }
+
+  static bool wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {
+    return quant_wants_table(search, p.n);
+  }
+
+  static size_t workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/, bool with_table) {
+    return p.n == 0 ? 0 : layout_for(with_table).total;
+  }
+
+  static Status run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
+                    const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &scalars,
+                    const RunContext &ctx, ApplyAdamWQuantStats *stats) {
+    const Kernel kernel = kernel_of(kind, search);
+    AdamScalars adam;
+    FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(kOp, scalars, p, &adam));
+    ApplyAdamWQuantStats &st = *stats;
+    StageTimer &timer = *ctx.timer;
+
+    // ---- check: both maps, read once ----
+    alignas(64) float maps[2][kQuantMapSize];
+    FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
+    timer.stage("check");
+    const int64_t n = p.n, blocks = p.blocks;
+    if (n == 0) return Status::Ok();
+
+    // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
+    QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kApplyAdamWQuant);
+    if (cache == nullptr) cache = ::new (ctx.workspace) QuantTableCache;
+    bool built = refresh_quant_tables(cache, maps, kernel.prepare);
+    AdamWQuantArgs a;
+    a.map_m = cache->tables[0];
+    a.map_v = cache->tables[1];
+    a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
+    if (wants_table(kernel.search, p)) {
+      const WorkspaceLayout w = layout_for(true);
+      build_quant_lut(&a.map_m, ctx.workspace + w.lut);
+      build_quant_lut(&a.map_v, ctx.workspace + w.lut + quant_lut_bytes());
+      built = true;
+    }
+    timer.stage(built ? "tables" : "tables(cached)");
+
+    // ---- update ----
+    static_cast<AdamScalars &>(a) = adam;
+    a.var = t.var.data;
+    a.grad = t.grad.data;
+    a.m = t.m.as<uint8_t>();
+    a.v = t.v.as<uint8_t>();
+    a.absmax_m = t.absmax_m.as<float>();
+    a.absmax_m_stride = t.absmax_m.strides[0];
+    a.absmax_v = t.absmax_v.as<float>();
+    a.absmax_v_stride = t.absmax_v.strides[0];
+    a.n = n;
+    a.dtype = p.desc.var.dtype;
+    const AdamWQuantBlocksFn blocks_fn = kernel.blocks;
+    const int threads = ctx.threads;
+
+    std::atomic<int64_t> skipped{0};
+    if (p.contiguous) {
+      // Runs of blocks claimed by the threads; blocks are independent, so results do not depend on
+      // which thread takes a run. Runs of up to 1024 blocks (256K elements) keep the kernel's
+      // per-call setup (copying its register tables) negligible, and about 8 runs per thread let a
+      // thread slowed down on a shared machine leave its work to the others.
+      const int64_t run =
+          std::clamp<int64_t>(blocks / (int64_t{8} * std::max(threads, 1)), 16, 1024);
+      const int64_t chunks = (blocks + run - 1) / run;
+      parallel_chunks(chunks, threads, [&](int64_t c, int) {
+        const int64_t b = c * run;
+        const int64_t s = blocks_fn(a, b, std::min(blocks, b + run));
+        if (s != 0) skipped.fetch_add(s, std::memory_order_relaxed);
+      });
+      timer.stage("update");
+    } else {
+      // Any other layout: each block is gathered into contiguous buffers, updated, scattered back.
+      const TensorView *views[4] = {&t.var, &t.grad, &t.m, &t.v};
+      parallel_for(blocks, threads, 16, [&](int64_t b, int64_t e) {
+        alignas(64) char var_buf[kBlock * 4], grad_buf[kBlock * 4];
+        alignas(64) uint8_t m_buf[kBlock], v_buf[kBlock];
+        int64_t offs[4][kBlock];
+        int64_t local_skipped = 0;
+        for (int64_t blk = b; blk < e; ++blk) {
+          const int64_t lo = blk * kBlock, len = std::min(kBlock, n - lo);
+          for (int k = 0; k < 4; ++k) element_offsets(*views[k], lo, len, offs[k]);
+          gather(t.var, offs[0], len, var_buf);
+          gather(t.grad, offs[1], len, grad_buf);
+          gather(t.m, offs[2], len, m_buf);
+          gather(t.v, offs[3], len, v_buf);
+          AdamWQuantArgs one = a;
+          one.var = var_buf;
+          one.grad = grad_buf;
+          one.m = m_buf;
+          one.v = v_buf;
+          one.absmax_m = a.absmax_m + blk * a.absmax_m_stride;
+          one.absmax_v = a.absmax_v + blk * a.absmax_v_stride;
+          one.n = len;
+          if (blocks_fn(one, 0, 1) != 0) {
+            ++local_skipped;
+            continue;
+          }
+          scatter(t.var, offs[0], len, var_buf);
+          scatter(t.m, offs[2], len, m_buf);
+          scatter(t.v, offs[3], len, v_buf);
+        }
+        skipped.fetch_add(local_skipped, std::memory_order_relaxed);
+      });
+      timer.stage("gather_update_scatter");
+    }
+    st.blocks_skipped_nonfinite = skipped.load();
+    st.blocks_updated = blocks - st.blocks_skipped_nonfinite;
+    return Status::Ok();
+  }
+};
+
 }  // namespace
 
-const char *quant_avx512vbmi_why_not(const ApplyAdamWQuantProblem & /*p*/) {
-  return adam_w_quant_avx512vbmi_why_not();
-}
-
-bool quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {
-  return quant_wants_table(search, p.n);
-}
-
-size_t quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/,
-                                 bool with_table) {
-  return p.n == 0 ? 0 : layout_for(with_table).total;
-}
-
-Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
-                     const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &scalars,
-                     const RunContext &ctx, ApplyAdamWQuantStats *stats) {
-  const Kernel kernel = kernel_of(kind, search);
-  int64_t step = 0;
-  float lr = 0;
-  FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(kOp, scalars, &step, &lr));
-  ApplyAdamWQuantStats &st = *stats;
-  StageTimer &timer = *ctx.timer;
-
-  // ---- check: both maps, read once ----
-  alignas(64) float maps[2][kQuantMapSize];
-  FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
-  timer.stage("check");
-  const int64_t n = p.n, blocks = p.blocks;
-  if (n == 0) return Status::Ok();
-
-  // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
-  QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kApplyAdamWQuant);
-  if (cache == nullptr) cache = ::new (ctx.workspace) QuantTableCache;
-  bool built = refresh_quant_tables(cache, maps, kernel.prepare);
-  AdamWQuantArgs a;
-  a.map_m = cache->tables[0];
-  a.map_v = cache->tables[1];
-  a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-  if (quant_wants_table(kernel.search, p)) {
-    const WorkspaceLayout w = layout_for(true);
-    build_quant_lut(&a.map_m, ctx.workspace + w.lut);
-    build_quant_lut(&a.map_v, ctx.workspace + w.lut + quant_lut_bytes());
-    built = true;
-  }
-  timer.stage(built ? "tables" : "tables(cached)");
-
-  // ---- update ----
-  static_cast<AdamScalars &>(a) =
-      derive_adam_scalars(step, {lr, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
-  a.var = t.var.data;
-  a.grad = t.grad.data;
-  a.m = t.m.as<uint8_t>();
-  a.v = t.v.as<uint8_t>();
-  a.absmax_m = t.absmax_m.as<float>();
-  a.absmax_m_stride = t.absmax_m.strides[0];
-  a.absmax_v = t.absmax_v.as<float>();
-  a.absmax_v_stride = t.absmax_v.strides[0];
-  a.n = n;
-  a.dtype = p.desc.var.dtype;
-  const AdamWQuantBlocksFn blocks_fn = kernel.blocks;
-  const int threads = ctx.threads;
-
-  std::atomic<int64_t> skipped{0};
-  if (p.contiguous) {
-    // Runs of blocks claimed by the threads; blocks are independent, so results do not depend on
-    // which thread takes a run. Runs of up to 1024 blocks (256K elements) keep the kernel's
-    // per-call setup (copying its register tables) negligible, and about 8 runs per thread let a
-    // thread slowed down on a shared machine leave its work to the others.
-    const int64_t run = std::clamp<int64_t>(blocks / (int64_t{8} * std::max(threads, 1)), 16, 1024);
-    const int64_t chunks = (blocks + run - 1) / run;
-    parallel_chunks(chunks, threads, [&](int64_t c, int) {
-      const int64_t b = c * run;
-      const int64_t s = blocks_fn(a, b, std::min(blocks, b + run));
-      if (s != 0) skipped.fetch_add(s, std::memory_order_relaxed);
-    });
-    timer.stage("update");
-  } else {
-    // Any other layout: each block is gathered into contiguous buffers, updated, scattered back.
-    const TensorView *views[4] = {&t.var, &t.grad, &t.m, &t.v};
-    parallel_for(blocks, threads, 16, [&](int64_t b, int64_t e) {
-      alignas(64) char var_buf[kBlock * 4], grad_buf[kBlock * 4];
-      alignas(64) uint8_t m_buf[kBlock], v_buf[kBlock];
-      int64_t offs[4][kBlock];
-      int64_t local_skipped = 0;
-      for (int64_t blk = b; blk < e; ++blk) {
-        const int64_t lo = blk * kBlock, len = std::min(kBlock, n - lo);
-        for (int k = 0; k < 4; ++k) element_offsets(*views[k], lo, len, offs[k]);
-        gather(t.var, offs[0], len, var_buf);
-        gather(t.grad, offs[1], len, grad_buf);
-        gather(t.m, offs[2], len, m_buf);
-        gather(t.v, offs[3], len, v_buf);
-        AdamWQuantArgs one = a;
-        one.var = var_buf;
-        one.grad = grad_buf;
-        one.m = m_buf;
-        one.v = v_buf;
-        one.absmax_m = a.absmax_m + blk * a.absmax_m_stride;
-        one.absmax_v = a.absmax_v + blk * a.absmax_v_stride;
-        one.n = len;
-        if (blocks_fn(one, 0, 1) != 0) {
-          ++local_skipped;
-          continue;
-        }
-        scatter(t.var, offs[0], len, var_buf);
-        scatter(t.m, offs[2], len, m_buf);
-        scatter(t.v, offs[3], len, v_buf);
-      }
-      skipped.fetch_add(local_skipped, std::memory_order_relaxed);
-    });
-    timer.stage("gather_update_scatter");
-  }
-  st.blocks_skipped_nonfinite = skipped.load();
-  st.blocks_updated = blocks - st.blocks_skipped_nonfinite;
-  return Status::Ok();
+std::span<const ApplyAdamWQuantImpl *const> apply_adam_w_quant_cpu_implementations() {
+  return QuantImplementations<ApplyAdamWQuantOp, Cpu>::list();
 }
 
 }  // namespace fusekit

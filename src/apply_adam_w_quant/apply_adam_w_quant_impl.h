@@ -35,14 +35,9 @@ struct ApplyAdamWQuantOp
 };
 using ApplyAdamWQuantImpl = Implementation<ApplyAdamWQuantOp>;
 
-// The CPU implementations (common/quant_implementations.h's list), run by
-// apply_adam_w_quant_cpu.cc in stages: check (both maps), tables, update.
-const char *quant_avx512vbmi_why_not(const ApplyAdamWQuantProblem &p);
-bool quant_wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p);
-size_t quant_cpu_workspace_bytes(const ApplyAdamWQuantProblem &p, int threads, bool with_table);
-Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
-                     const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &s,
-                     const RunContext &ctx, ApplyAdamWQuantStats *stats);
+// The CPU implementations, common/quant_implementations.h's list over this operator's CPU run
+// (apply_adam_w_quant_cpu.cc).
+std::span<const ApplyAdamWQuantImpl *const> apply_adam_w_quant_cpu_implementations();
 
 }  // namespace fusekit
 

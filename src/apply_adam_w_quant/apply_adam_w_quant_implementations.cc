@@ -6,7 +6,7 @@
 namespace fusekit {
 
 std::span<const ApplyAdamWQuantImpl *const> ApplyAdamWQuantOp::implementations() {
-  return QuantImplementations<ApplyAdamWQuantOp>::list();
+  return apply_adam_w_quant_cpu_implementations();
 }
 
 }  // namespace fusekit

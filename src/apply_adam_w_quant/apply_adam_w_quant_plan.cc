@@ -10,6 +10,7 @@
 #include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
 #include "common/adam_update.h"
 #include "common/plan.h"
+#include "common/quant_run_tables.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/apply_adam_w_quant.h"
@@ -20,10 +21,6 @@ namespace {
 
 constexpr const char *kOp = "ApplyAdamWQuant";
 constexpr int64_t kBlock = kAdamWQuantBlockSize;
-
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
 
 // A written view must not reach one element through two indices (a zero or interleaved stride).
 bool self_overlapping(const TensorView &t) {
@@ -43,20 +40,6 @@ bool self_overlapping(const TensorView &t) {
   return false;
 }
 
-std::string strides_string(const TensorView &t) {
-  std::string s = "[";
-  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.strides[i]);
-  return s + "]";
-}
-
-Status check_map_view(const TensorView &q, const char *name) {
-  if (q.dtype != DType::kFloat32 || q.ndim != 1 || q.shape[0] != kQuantMapSize) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [256], got ",
-                                   dtype_name(q.dtype), " ", q.shape_string()));
-  }
-  return Status::Ok();
-}
-
 // The tensors by role, named as the aclnn call names them, in the order of ApplyAdamWQuantTensors:
 // var, m, v and both absmax written in place; the maps read even when n = 0 (phase two checks
 // them).
@@ -67,14 +50,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
                                     ApplyAdamWQuantProblem *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
   const TensorView &var = t.var, &grad = t.grad, &m = t.m, &v = t.v;
-  if (!is_float_type(var.dtype)) {
-    return Status::Invalid(str_cat(kOp, ": varRef has dtype ", dtype_name(var.dtype),
-                                   "; float32, float16 or bfloat16 is required"));
-  }
-  if (grad.dtype != var.dtype) {
-    return Status::Invalid(str_cat(kOp, ": grad has dtype ", dtype_name(grad.dtype),
-                                   " but varRef has ", dtype_name(var.dtype), "; they must match"));
-  }
+  FUSEKIT_RETURN_IF_ERROR(check_var_grad_dtypes(kOp, "varRef", var, "grad", grad));
   if (m.dtype != DType::kUInt8)
     return Status::Invalid(
         str_cat(kOp, ": mRef has dtype ", dtype_name(m.dtype), "; uint8 is required"));
@@ -115,8 +91,8 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
     }
     FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, *x, name, &unused));
   }
-  FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_m, "qmapM"));
-  FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_v, "qmapV"));
+  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_m, "qmapM"));
+  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_v, "qmapV"));
   AdamAttributes attr;
   FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.beta1, options.beta2,
                                                 options.weight_decay, options.eps,
@@ -130,7 +106,7 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
   for (const auto &[x, name] : outs) {
     if (self_overlapping(*x)) {
       return Status::Invalid(str_cat(kOp, ": ", name, " of shape ", x->shape_string(),
-                                     " and strides ", strides_string(*x),
+                                     " and strides ", x->strides_string(),
                                      " reaches some elements twice; an in-place tensor must not"));
     }
   }

@@ -183,9 +183,10 @@ inline Status check_adam_lr(const char *op, double lr) {
 }
 
 // A CPU implementation's per-run scalars (AdamWScalars, ApplyAdamWQuantScalars): the values, or
-// their tensors where set (read on the host, now), checked: 0 <= step < 2^62, lr finite and >= 0.
-template <class Scalars>
-Status host_adam_scalars(const char *op, const Scalars &s, int64_t *step, float *lr) {
+// their tensors where set (read on the host, now), checked (0 <= step < 2^62, lr finite and >= 0),
+// and the step's derived scalars with the problem's attributes.
+template <class Scalars, class Problem>
+Status host_adam_scalars(const char *op, const Scalars &s, const Problem &p, AdamScalars *out) {
   int64_t t = s.step;
   float l = s.lr;
   FUSEKIT_RETURN_IF_ERROR(read_scalar_tensor(op, "step", s.step_tensor, DType::kInt64, &t));
@@ -195,8 +196,27 @@ Status host_adam_scalars(const char *op, const Scalars &s, int64_t *step, float 
         str_cat(op, ": step = ", t, " must be in [0, 2^62); nothing was modified"));
   }
   FUSEKIT_RETURN_IF_ERROR(check_adam_lr(op, l));
-  *step = t;
-  *lr = l;
+  *out = derive_adam_scalars(t, {l, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
+  return Status::Ok();
+}
+
+// The dtypes an optimizer's var may have.
+inline bool is_float_type(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+// A problem's var and grad (named as its aclnn call names them): a float dtype, the same for both.
+inline Status check_var_grad_dtypes(const char *op, const char *var_name, const TensorView &var,
+                                    const char *grad_name, const TensorView &grad) {
+  if (!is_float_type(var.dtype)) {
+    return Status::Invalid(str_cat(op, ": ", var_name, " has dtype ", dtype_name(var.dtype),
+                                   "; float32, float16 or bfloat16 is required"));
+  }
+  if (grad.dtype != var.dtype) {
+    return Status::Invalid(str_cat(op, ": ", grad_name, " has dtype ", dtype_name(grad.dtype),
+                                   " but ", var_name, " has ", dtype_name(var.dtype),
+                                   "; they must match"));
+  }
   return Status::Ok();
 }
 

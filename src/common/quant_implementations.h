@@ -6,12 +6,12 @@
 //   cpu_hwy_table           cpu_hwy always with the tables      } planned by name only, for
 //   cpu_hwy_binary_search   cpu_hwy never with the tables       } tests and tuning runs
 //   cpu_reference           the plain scalar kernel, the fallback and the test oracle's twin
-// The operator's CPU run (its <op>_cpu.cc) provides, overloaded on its Problem:
-//   const char *quant_avx512vbmi_why_not(const Problem &);  // null: this CPU runs that kernel
-//   bool quant_wants_table(QuantSearch, const Problem &);  // whether a run builds the tables
-//   size_t quant_cpu_workspace_bytes(const Problem &, int threads, bool with_table);
-//   Status quant_cpu_run(QuantKernelKind, QuantSearch, const Problem &, const Tensors &,
-//                        const Scalars &, const RunContext &, Stats *);
+// The operator's CPU run (its <op>_cpu.cc) provides `Cpu`, a struct of static functions:
+//   const char *avx512vbmi_why_not(const Problem &);   // null: this CPU runs that kernel
+//   bool wants_table(QuantSearch, const Problem &);     // whether a run builds the tables
+//   size_t workspace_bytes(const Problem &, int threads, bool with_table);
+//   Status run(QuantKernelKind, QuantSearch, const Problem &, const Tensors &, const Scalars &,
+//              const RunContext &, Stats *);
 #ifndef FUSEKIT_COMMON_QUANT_IMPLEMENTATIONS_H_
 #define FUSEKIT_COMMON_QUANT_IMPLEMENTATIONS_H_
 
@@ -25,7 +25,7 @@ namespace fusekit {
 // The kernel a CPU implementation of an 8-bit optimizer runs.
 enum class QuantKernelKind { kAvx512Vbmi, kHwy, kReference };
 
-template <class Op>
+template <class Op, class Cpu>
 class QuantImplementations {
   using Problem = typename Op::Problem;
   using QK = QuantKernelKind;
@@ -33,17 +33,17 @@ class QuantImplementations {
 
   static const char *vbmi_why_not(const Problem &p) {
     if (const char *why = cpu_only<Op>(p); why != nullptr) return why;
-    return quant_avx512vbmi_why_not(p);
+    return Cpu::avx512vbmi_why_not(p);
   }
   static const char *vbmi_target() { return "AVX512VBMI"; }
   template <QK K, QS S>
   static size_t workspace(const Problem &p, int threads) {
-    return quant_cpu_workspace_bytes(p, threads, K == QK::kHwy && quant_wants_table(S, p));
+    return Cpu::workspace_bytes(p, threads, K == QK::kHwy && Cpu::wants_table(S, p));
   }
   template <QK K, QS S>
   static Status run(const Problem &p, const typename Op::Tensors &t, const typename Op::Scalars &s,
                     const RunContext &ctx, typename Op::Stats *st) {
-    return quant_cpu_run(K, S, p, t, s, ctx, st);
+    return Cpu::run(K, S, p, t, s, ctx, st);
   }
 
   static constexpr Implementation<Op> kVbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,

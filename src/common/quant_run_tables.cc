@@ -85,4 +85,12 @@ bool refresh_quant_tables(QuantTableCache *cache, const float maps[2][kQuantMapS
   return built;
 }
 
+Status check_quant_map_view(const char *op, const TensorView &q, const char *name) {
+  if (q.dtype != DType::kFloat32 || q.ndim != 1 || q.shape[0] != kQuantMapSize) {
+    return Status::Invalid(str_cat(op, ": ", name, " must be float32 [256], got ",
+                                   dtype_name(q.dtype), " ", q.shape_string()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace fusekit

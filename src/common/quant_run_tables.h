@@ -40,6 +40,9 @@ enum class QuantCacheUser { kApplyAdamWQuant, kLazyAdamQuant };
 // one in its workspace: sizeof(QuantTableCache) bytes, 64-aligned).
 QuantTableCache *quant_thread_cache(QuantCacheUser user);
 
+// Plan time: a map's view (named as the aclnn call names it) is float32 [256], any stride.
+Status check_quant_map_view(const char *op, const TensorView &q, const char *name);
+
 // Phase two's first step: both maps read into maps[0] (qmapM) and maps[1] (qmapV) and checked;
 // the refusal names `op`, the map, the index and the values ("...; nothing was modified").
 Status read_quant_maps(const char *op, const TensorView &qmap_m, const TensorView &qmap_v,

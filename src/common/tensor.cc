@@ -51,13 +51,23 @@ bool TensorView::inner_contiguous() const {
   return ndim == 0 || shape[ndim - 1] <= 1 || strides[ndim - 1] == 1;
 }
 
-std::string TensorView::shape_string() const {
+namespace {
+std::string list_string(const int64_t *v, int n) {
   std::string s = "[";
-  for (int i = 0; i < ndim; ++i) {
+  for (int i = 0; i < n; ++i) {
     if (i) s += ", ";
-    s += std::to_string(shape[i]);
+    s += std::to_string(v[i]);
   }
   return s + "]";
+}
+}  // namespace
+
+std::string TensorView::shape_string() const {
+  return list_string(shape, ndim);
+}
+
+std::string TensorView::strides_string() const {
+  return list_string(strides, ndim);
 }
 
 void TensorView::byte_range(uintptr_t *first, uintptr_t *last) const {

@@ -83,90 +83,97 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantPr
   }
 }
 
-}  // namespace
+// The CPU run, as common/quant_implementations.h's list asks for it.
+struct Cpu {
+  static const char *avx512vbmi_why_not(const LazyAdamQuantProblem & /*p*/) {
+    return lazy_adam_quant_avx512vbmi_why_not();
+  }
 
-const char *quant_avx512vbmi_why_not(const LazyAdamQuantProblem & /*p*/) {
-  return lazy_adam_quant_avx512vbmi_why_not();
-}
+  static bool wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
+    return quant_wants_table(search, p.n * p.d);
+  }
 
-bool quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
-  return quant_wants_table(search, p.n * p.d);
-}
+  static size_t workspace_bytes(const LazyAdamQuantProblem &p, int threads, bool with_table) {
+    return p.n == 0 ? 0 : layout_for(p, threads, with_table).total;
+  }
 
-size_t quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads, bool with_table) {
-  return p.n == 0 ? 0 : layout_for(p, threads, with_table).total;
-}
+  static Status run(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p,
+                    const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
+                    const RunContext &ctx, LazyAdamQuantStats *stats) {
+    const Kernel kernel = kernel_of(kind, search, p);
+    float lr = 0;
+    FUSEKIT_RETURN_IF_ERROR(host_lr(kOp, s.lr, s.lr_tensor, &lr));
+    LazyAdamQuantStats &st = *stats;
+    StageTimer &timer = *ctx.timer;
+    const int threads = ctx.threads;
+    const int64_t n = p.n, rows = p.rows;
 
-Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p,
-                     const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
-                     const RunContext &ctx, LazyAdamQuantStats *stats) {
-  const Kernel kernel = kernel_of(kind, search, p);
-  float lr = 0;
-  FUSEKIT_RETURN_IF_ERROR(host_lr(kOp, s.lr, s.lr_tensor, &lr));
-  LazyAdamQuantStats &st = *stats;
-  StageTimer &timer = *ctx.timer;
-  const int threads = ctx.threads;
-  const int64_t n = p.n, rows = p.rows;
-
-  // ---- check: both maps, read once; then every index ----
-  alignas(64) float maps[2][kQuantMapSize];
-  FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
-  if (n == 0) {
+    // ---- check: both maps, read once; then every index ----
+    alignas(64) float maps[2][kQuantMapSize];
+    FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
+    if (n == 0) {
+      timer.stage("check");
+      return Status::Ok();
+    }
+    const bool with_lut = wants_table(kernel.search, p);
+    const WorkspaceLayout w = layout_for(p, threads, with_lut);
+    char *base = ctx.workspace;
+    RowEntries e;
+    FUSEKIT_RETURN_IF_ERROR(row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e));
     timer.stage("check");
+    st.indices_padding = e.padding;
+    // Rows of no columns: the maps and indices were checked, there is nothing to update.
+    if (p.d == 0) return Status::Ok();
+
+    // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
+    QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
+    if (cache == nullptr) cache = ::new (base + w.fallback) QuantTableCache;
+    bool built = refresh_quant_tables(cache, maps, kernel.prepare);
+    LazyAdamQuantRowsArgs a;
+    a.map_m = cache->tables[0];
+    a.map_v = cache->tables[1];
+    a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
+    if (with_lut) {
+      build_quant_lut(&a.map_m, base + w.lut);
+      build_quant_lut(&a.map_v, base + w.lut + quant_lut_bytes());
+      built = true;
+    }
+    timer.stage(built ? "tables" : "tables(cached)");
+
+    // ---- group: only when some row is named twice ----
+    row_groups_group(rows, base, w.groups, threads, &e);
+    timer.stage(e.duplicates ? "group" : "group(none)");
+
+    // ---- update ----
+    a.grad = t.gradient.data;
+    a.grad_stride = t.gradient.strides[0];
+    a.grad_dtype = t.gradient.dtype;
+    a.var = t.var.data;
+    a.var_stride = t.var.strides[0];
+    a.dtype = t.var.dtype;
+    a.m = t.m.as<uint8_t>();
+    a.m_stride = t.m.strides[0];
+    a.v = t.v.as<uint8_t>();
+    a.v_stride = t.v.strides[0];
+    a.absmax_m = t.absmax_m.as<float>();
+    a.absmax_m_stride = t.absmax_m.strides[0];
+    a.absmax_v = t.absmax_v.as<float>();
+    a.absmax_v_stride = t.absmax_v.strides[0];
+    a.blocks = p.blocks;
+    set_row_step_args(p, lr, e, rows, kernel.prefetch_ahead, &a);
+    update_row_chunks(e, threads, base + w.scratch, w.scratch_per_thread, &st.rows_updated,
+                      &st.rows_skipped_nonfinite, [&](int64_t b, int64_t en, char *scratch) {
+                        return kernel.rows(a, b, en, scratch);
+                      });
+    timer.stage("update");
     return Status::Ok();
   }
-  const bool with_lut = quant_wants_table(kernel.search, p);
-  const WorkspaceLayout w = layout_for(p, threads, with_lut);
-  char *base = ctx.workspace;
-  RowEntries e;
-  FUSEKIT_RETURN_IF_ERROR(row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e));
-  timer.stage("check");
-  st.indices_padding = e.padding;
-  // Rows of no columns: the maps and indices were checked, there is nothing to update.
-  if (p.d == 0) return Status::Ok();
+};
 
-  // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
-  QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
-  if (cache == nullptr) cache = ::new (base + w.fallback) QuantTableCache;
-  bool built = refresh_quant_tables(cache, maps, kernel.prepare);
-  LazyAdamQuantRowsArgs a;
-  a.map_m = cache->tables[0];
-  a.map_v = cache->tables[1];
-  a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-  if (with_lut) {
-    build_quant_lut(&a.map_m, base + w.lut);
-    build_quant_lut(&a.map_v, base + w.lut + quant_lut_bytes());
-    built = true;
-  }
-  timer.stage(built ? "tables" : "tables(cached)");
+}  // namespace
 
-  // ---- group: only when some row is named twice ----
-  row_groups_group(rows, base, w.groups, threads, &e);
-  timer.stage(e.duplicates ? "group" : "group(none)");
-
-  // ---- update ----
-  a.grad = t.gradient.data;
-  a.grad_stride = t.gradient.strides[0];
-  a.grad_dtype = t.gradient.dtype;
-  a.var = t.var.data;
-  a.var_stride = t.var.strides[0];
-  a.dtype = t.var.dtype;
-  a.m = t.m.as<uint8_t>();
-  a.m_stride = t.m.strides[0];
-  a.v = t.v.as<uint8_t>();
-  a.v_stride = t.v.strides[0];
-  a.absmax_m = t.absmax_m.as<float>();
-  a.absmax_m_stride = t.absmax_m.strides[0];
-  a.absmax_v = t.absmax_v.as<float>();
-  a.absmax_v_stride = t.absmax_v.strides[0];
-  a.blocks = p.blocks;
-  set_row_step_args(p, lr, e, rows, kernel.prefetch_ahead, &a);
-  update_row_chunks(e, threads, base + w.scratch, w.scratch_per_thread, &st.rows_updated,
-                    &st.rows_skipped_nonfinite, [&](int64_t b, int64_t en, char *scratch) {
-                      return kernel.rows(a, b, en, scratch);
-                    });
-  timer.stage("update");
-  return Status::Ok();
+std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_cpu_implementations() {
+  return QuantImplementations<LazyAdamQuantOp, Cpu>::list();
 }
 
 }  // namespace fusekit

@@ -35,14 +35,9 @@ struct LazyAdamQuantOp : OpTypes<LazyAdamQuantProblem, LazyAdamQuantTensors, Laz
 };
 using LazyAdamQuantImpl = Implementation<LazyAdamQuantOp>;
 
-// The CPU implementations (common/quant_implementations.h's list), run by lazy_adam_quant_cpu.cc in
-// stages: check (maps, indices), tables, group, update.
-const char *quant_avx512vbmi_why_not(const LazyAdamQuantProblem &p);
-bool quant_wants_table(QuantSearch search, const LazyAdamQuantProblem &p);
-size_t quant_cpu_workspace_bytes(const LazyAdamQuantProblem &p, int threads, bool with_table);
-Status quant_cpu_run(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p,
-                     const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
-                     const RunContext &ctx, LazyAdamQuantStats *stats);
+// The CPU implementations, common/quant_implementations.h's list over this operator's CPU run
+// (lazy_adam_quant_cpu.cc).
+std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_cpu_implementations();
 
 }  // namespace fusekit
 

@@ -6,7 +6,7 @@
 namespace fusekit {
 
 std::span<const LazyAdamQuantImpl *const> LazyAdamQuantOp::implementations() {
-  return QuantImplementations<LazyAdamQuantOp>::list();
+  return lazy_adam_quant_cpu_implementations();
 }
 
 }  // namespace fusekit

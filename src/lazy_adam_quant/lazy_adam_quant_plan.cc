@@ -12,6 +12,7 @@
 
 #include "common/adam_update.h"
 #include "common/plan.h"
+#include "common/quant_run_tables.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/lazy_adam_quant.h"
@@ -26,10 +27,6 @@ constexpr const char *kOp = "LazyAdamQuant";
 // The tensors by role, named as the aclnn call names them, in the order of LazyAdamQuantTensors:
 // m, v, var and both absmax written in place; the maps read even when there is nothing to update
 // (phase two checks them).
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
 // A 2-D table (or gradient): its dtype, a contiguous last dimension, a row stride >= 0, sizes
 // within 64 bits; `written`: two of its rows must not share elements.
 Status check_matrix(const TensorView &t, const char *name, bool written) {
@@ -58,14 +55,6 @@ Status check_matrix(const TensorView &t, const char *name, bool written) {
   if (written && t.shape[0] > 1 && t.shape[1] > 0 && t.strides[0] < t.shape[1]) {
     return Status::Invalid(str_cat(kOp, ": ", name, " has row stride ", t.strides[0], " < ",
                                    t.shape[1], " columns: its rows overlap"));
-  }
-  return Status::Ok();
-}
-
-Status check_map_view(const TensorView &q, const char *name) {
-  if (q.dtype != DType::kFloat32 || q.ndim != 1 || q.shape[0] != kQuantMapSize) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [256], got ",
-                                   dtype_name(q.dtype), " ", q.shape_string()));
   }
   return Status::Ok();
 }
@@ -140,8 +129,8 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
     }
     FUSEKIT_RETURN_IF_ERROR(check_matrix(*x, name, true));
   }
-  FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_m, "qmapM"));
-  FUSEKIT_RETURN_IF_ERROR(check_map_view(t.qmap_v, "qmapV"));
+  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_m, "qmapM"));
+  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_v, "qmapV"));
   LazyAdamQuantProblem p;
   FUSEKIT_RETURN_IF_ERROR(check_lazy_adam_attributes(
       kOp, options.beta1, options.beta2, options.epsilon, &p.beta1, &p.beta2, &p.epsilon));
