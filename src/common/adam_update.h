@@ -176,6 +176,18 @@ void set_adam_attributes(const AdamAttributes &a, Problem *p) {
   p->gnorm_scale = a.gnorm_scale;
 }
 
+// The aclnn setup of LazyAdam and LazyAdamQuant (aclnn_phase_one's last argument): the attributes
+// beta1, beta2, epsilon into the options (checked when planned), lr as a tensor read by the
+// implementation when phase two runs.
+template <class Op>
+auto lazy_adam_aclnn_setup(double beta1, double beta2, double epsilon) {
+  return [=](const TensorView &lr, typename Op::Options &options, typename Op::Scalars &scalars) {
+    options = {.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon};
+    scalars.lr_tensor = lr;
+    return Status::Ok();
+  };
+}
+
 // The learning rate: finite and >= 0 as a double and in float32.
 inline Status check_adam_lr(const char *op, double lr) {
   return adam_detail::check_attr(op, "lr", lr, lr >= 0.0,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "common/adam_update.h"
 #include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/lazy_adam.h"
@@ -32,13 +33,9 @@ extern "C" aclnnStatus aclnnLazyAdamGetWorkspaceSize(
     double beta2, double epsilon, uint64_t *workspaceSize, aclOpExecutor **executor) {
   // lr is read before anything is written: it may share memory with the tables.
   const ScalarTensorArg lr_arg{lr, "lr", DType::kFloat32, 0, /*read_first=*/true};
-  return aclnn_phase_one<LazyAdamOp>(
-      kOp, {gradient, indices, inputM, inputV, inputVar}, &lr_arg, warning, workspaceSize, executor,
-      [&](const TensorView &l, LazyAdamOptions &options, LazyAdamScalars &scalars) {
-        options = {.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon};
-        scalars.lr_tensor = l;  // read by the implementation when phase two runs
-        return Status::Ok();
-      });
+  return aclnn_phase_one<LazyAdamOp>(kOp, {gradient, indices, inputM, inputV, inputVar}, &lr_arg,
+                                     warning, workspaceSize, executor,
+                                     lazy_adam_aclnn_setup<LazyAdamOp>(beta1, beta2, epsilon));
 }
 
 extern "C" aclnnStatus aclnnLazyAdam(void *workspace, uint64_t workspaceSize,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/adam_update.h"
 #include "common/c_entry.h"
 #include "common/str_cat.h"
 #include "fusekit/lazy_adam_quant.h"
@@ -37,11 +38,7 @@ extern "C" aclnnStatus aclnnLazyAdamQuantGetWorkspaceSize(
   return aclnn_phase_one<LazyAdamQuantOp>(
       kOp, {gradient, indices, inputM, inputV, inputVar, qmapM, qmapV, absmaxM, absmaxV}, &lr_arg,
       warning, workspaceSize, executor,
-      [&](const TensorView &l, LazyAdamQuantOptions &options, LazyAdamQuantScalars &scalars) {
-        options = {.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon};
-        scalars.lr_tensor = l;  // read by the implementation when phase two runs
-        return Status::Ok();
-      });
+      lazy_adam_aclnn_setup<LazyAdamQuantOp>(beta1, beta2, epsilon));
 }
 
 extern "C" aclnnStatus aclnnLazyAdamQuant(void *workspace, uint64_t workspaceSize,

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "common/adam_update.h"
+#include "common/float_types.h"
 #include "common/hwy_dispatch.h"
 #include "common/hwy_dtype-inl.h"
 #include "common/quant_codes_hwy-inl.h"
@@ -218,17 +219,10 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
 
 int64_t LazyAdamQuantRows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
                           void *scratch) {
-  const bool f32_grad = a.grad_dtype == DType::kFloat32;
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return f32_grad ? Rows<float16_t, float>(a, begin, end, scratch)
-                      : Rows<float16_t, float16_t>(a, begin, end, scratch);
-    case DType::kBFloat16:
-      return f32_grad ? Rows<bfloat16_t, float>(a, begin, end, scratch)
-                      : Rows<bfloat16_t, bfloat16_t>(a, begin, end, scratch);
-    default:
-      return Rows<float, float>(a, begin, end, scratch);
-  }
+  return with_float_type(a.dtype, [&]<class T>() {  // the gradient float32, or var's dtype
+    return a.grad_dtype == DType::kFloat32 ? Rows<T, float>(a, begin, end, scratch)
+                                           : Rows<T, T>(a, begin, end, scratch);
+  });
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/adam_update.h"
+#include "common/float_types.h"
 #include "fusekit/float16.h"
 #include "lazy_adam_quant/lazy_adam_quant_kernels.h"
 
@@ -92,6 +93,7 @@ int64_t rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   return skipped;
 }
 
+// The gradient float32, or var's dtype T.
 template <typename T>
 int64_t rows_of(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch) {
   return a.grad_dtype == DType::kFloat32 ? rows<T, float>(a, begin, end, scratch)
@@ -102,14 +104,7 @@ int64_t rows_of(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void
 
 int64_t lazy_adam_quant_rows_reference(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
                                        void *scratch) {
-  switch (a.dtype) {
-    case DType::kFloat16:
-      return rows_of<float16_t>(a, begin, end, scratch);
-    case DType::kBFloat16:
-      return rows_of<bfloat16_t>(a, begin, end, scratch);
-    default:
-      return rows<float, float>(a, begin, end, scratch);
-  }
+  return with_float_type(a.dtype, [&]<class T>() { return rows_of<T>(a, begin, end, scratch); });
 }
 
 }  // namespace fusekit
