@@ -18,9 +18,7 @@ namespace {
 constexpr const char *kOp = "aclnnLazyAdam";
 
 std::string warning(const LazyAdamProblem & /*p*/, const LazyAdamStats &st) {
-  if (st.rows_skipped_nonfinite == 0) return {};
-  return str_cat(kOp, ": warning: ", st.rows_skipped_nonfinite,
-                 " rows were left unchanged because their gradient is not finite");
+  return unchanged_warning(kOp, st.rows_skipped_nonfinite, "rows", "their gradient is not finite");
 }
 }  // namespace
 }  // namespace fusekit

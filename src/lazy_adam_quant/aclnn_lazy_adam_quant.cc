@@ -19,10 +19,9 @@ namespace {
 constexpr const char *kOp = "aclnnLazyAdamQuant";
 
 std::string warning(const LazyAdamQuantProblem & /*p*/, const LazyAdamQuantStats &st) {
-  if (st.rows_skipped_nonfinite == 0) return {};
-  return str_cat(kOp, ": warning: ", st.rows_skipped_nonfinite,
-                 " rows were left unchanged because their gradient, or the new m, v, absmax or "
-                 "var the step would give them, is not finite");
+  return unchanged_warning(kOp, st.rows_skipped_nonfinite, "rows",
+                           "their gradient, or the new m, v, absmax or var the step would give "
+                           "them, is not finite");
 }
 }  // namespace
 }  // namespace fusekit

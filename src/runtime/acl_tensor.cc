@@ -1,6 +1,7 @@
 #include "runtime/acl_tensor.h"
 
 #include <limits>
+#include <utility>
 
 #include "common/c_entry.h"
 #include "common/last_message.h"
@@ -10,22 +11,13 @@
 namespace fusekit {
 
 DType dtype_from_acl(int t) {
-  switch (t) {
-    case ACL_FLOAT:
-      return DType::kFloat32;
-    case ACL_FLOAT16:
-      return DType::kFloat16;
-    case ACL_BF16:
-      return DType::kBFloat16;
-    case ACL_INT32:
-      return DType::kInt32;
-    case ACL_INT64:
-      return DType::kInt64;
-    case ACL_UINT8:
-      return DType::kUInt8;
-    default:
-      return DType::kOther;
+  constexpr std::pair<int, DType> kDTypes[] = {
+      {ACL_FLOAT, DType::kFloat32}, {ACL_FLOAT16, DType::kFloat16}, {ACL_BF16, DType::kBFloat16},
+      {ACL_INT32, DType::kInt32},   {ACL_INT64, DType::kInt64},     {ACL_UINT8, DType::kUInt8}};
+  for (const auto &[acl, dtype] : kDTypes) {
+    if (acl == t) return dtype;
   }
+  return DType::kOther;
 }
 
 Status view_of(const aclTensor *t, const char *op, const char *arg, TensorView *out,

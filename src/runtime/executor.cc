@@ -108,6 +108,12 @@ aclnnStatus run_phase_two(const char *op, void *workspace, uint64_t workspace_si
   });
 }
 
+std::string unchanged_warning(const char *op, int64_t count, const char *what,
+                              const char *because) {
+  if (count == 0) return {};
+  return str_cat(op, ": warning: ", count, " ", what, " were left unchanged because ", because);
+}
+
 Status aclnn_views(const char *op, std::span<const TensorRole> roles,
                    std::span<const aclTensor *const> args, std::span<TensorView *const> views,
                    const ScalarTensorArg *scalar, TensorView *scalar_view,

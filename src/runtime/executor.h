@@ -83,6 +83,10 @@ Status plan_phase_one(const typename Op::Tensors &tensors, const typename Op::Op
   return with_aclnn_name(st, Op::kName);
 }
 
+// A face's warning for a run that left `count` rows (or blocks) unchanged: "aclnnXxx: warning: 3
+// rows were left unchanged because <because>"; empty when count is 0.
+std::string unchanged_warning(const char *op, int64_t count, const char *what, const char *because);
+
 // The executor of every aclnn face: the plan and tensors of phase one, the per-run scalars (a
 // scalar tensor is read by the implementation when phase two runs), and the operator's warning
 // for a run that left something unchanged (empty: none), recorded for aclGetRecentErrMsg.
