@@ -432,23 +432,8 @@ inline size_t lib_esize(int32_t acl) {
 }
 // The true element size, for filling buffers.
 inline size_t real_esize(int32_t acl) {
-  switch (acl) {
-    case ACL_FLOAT:
-    case ACL_INT32:
-    case ACL_UINT32:
-      return 4;
-    case ACL_FLOAT16:
-    case ACL_BF16:
-    case ACL_INT16:
-    case ACL_UINT16:
-      return 2;
-    case ACL_INT64:
-    case ACL_UINT64:
-    case ACL_DOUBLE:
-      return 8;
-    default:
-      return 1;
-  }
+  if (acl < ACL_DT_UNDEFINED || acl > ACL_BF16) return 1;  // not an aclDataType value
+  return std::max<size_t>(1, aclDataTypeSize(static_cast<aclDataType>(acl)));
 }
 
 // Reads element bytes as float (float32, float16, bfloat16); NaN for any other type.

@@ -118,33 +118,11 @@ std::string ms(double seconds) {
   return buf;
 }
 
-namespace {
-size_t acl_dtype_size(aclDataType dt) {
-  switch (dt) {
-    case ACL_FLOAT:
-    case ACL_INT32:
-    case ACL_UINT32:
-      return 4;
-    case ACL_FLOAT16:
-    case ACL_BF16:
-    case ACL_INT16:
-    case ACL_UINT16:
-      return 2;
-    case ACL_INT64:
-    case ACL_UINT64:
-    case ACL_DOUBLE:
-      return 8;
-    default:
-      return 1;
-  }
-}
-}  // namespace
-
 DeviceTensor upload(const std::vector<char> &host, const std::vector<int64_t> &shape,
                     aclDataType dt) {
   size_t n = 1;
   for (int64_t s : shape) n *= static_cast<size_t>(s);
-  if (host.size() != n * acl_dtype_size(dt)) {
+  if (host.size() != n * std::max<size_t>(1, aclDataTypeSize(dt))) {
     die("input of " + std::to_string(host.size()) + " bytes does not match its shape of " +
         std::to_string(n) + " elements");
   }

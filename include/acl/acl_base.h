@@ -71,6 +71,9 @@ typedef enum aclrtMemcpyKind {
 
 /* The last error or warning recorded on this thread (never null; "" when there is none). */
 ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
+// Bytes of one element of `dataType`; 0 for ACL_DT_UNDEFINED and any value this library does not
+// know.
+ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,30 @@ Status view_of(const aclTensor *t, const char *op, const char *arg, TensorView *
 
 }  // namespace fusekit
 
+extern "C" size_t aclDataTypeSize(aclDataType dataType) {
+  switch (dataType) {
+    case ACL_FLOAT:
+    case ACL_INT32:
+    case ACL_UINT32:
+      return 4;
+    case ACL_FLOAT16:
+    case ACL_BF16:
+    case ACL_INT16:
+    case ACL_UINT16:
+      return 2;
+    case ACL_INT64:
+    case ACL_UINT64:
+    case ACL_DOUBLE:
+      return 8;
+    case ACL_INT8:
+    case ACL_UINT8:
+    case ACL_BOOL:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
 using fusekit::set_last_message;
 using fusekit::str_cat;
 

@@ -16,6 +16,24 @@
 
 namespace {
 
+// Sizes as CANN documents them (and as sizeof gives them for the C types).
+TEST(Runtime, DataTypeSize) {
+  EXPECT_EQ(aclDataTypeSize(ACL_FLOAT), sizeof(float));
+  EXPECT_EQ(aclDataTypeSize(ACL_DOUBLE), sizeof(double));
+  EXPECT_EQ(aclDataTypeSize(ACL_FLOAT16), 2u);
+  EXPECT_EQ(aclDataTypeSize(ACL_BF16), 2u);
+  EXPECT_EQ(aclDataTypeSize(ACL_INT8), sizeof(int8_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_UINT8), sizeof(uint8_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_INT16), sizeof(int16_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_UINT16), sizeof(uint16_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_INT32), sizeof(int32_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_UINT32), sizeof(uint32_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_INT64), sizeof(int64_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_UINT64), sizeof(uint64_t));
+  EXPECT_EQ(aclDataTypeSize(ACL_BOOL), 1u);
+  EXPECT_EQ(aclDataTypeSize(ACL_DT_UNDEFINED), 0u);
+}
+
 TEST(Runtime, InitDeviceAndFinalize) {
   EXPECT_EQ(aclInit(nullptr), ACL_SUCCESS);
   EXPECT_EQ(aclrtSetDevice(0), ACL_SUCCESS);
