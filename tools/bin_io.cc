@@ -196,4 +196,23 @@ void write_run_stats(const std::string &dir, const OpCall &call, const CallSecon
   write_stats(dir, stats);
 }
 
+namespace {
+std::string runner_dir(int argc, char **argv, const char *name) {
+  if (argc != 2) die(std::string("usage: ") + name + " <dir>");
+  return argv[1];
+}
+}  // namespace
+
+Runner::Runner(int argc, char **argv, const char *name)
+    : dir(runner_dir(argc, argv, name)), params(dir + "/params.txt"), stream(start_acl()) {}
+
+DeviceTensor Runner::input(const char *file, const std::vector<int64_t> &shape,
+                           aclDataType dtype) const {
+  return upload(read_bin(dir + "/input/" + file + ".bin"), shape, dtype);
+}
+
+aclDataType acl_dtype_named(const std::string &name) {
+  return name == "float16" ? ACL_FLOAT16 : name == "bfloat16" ? ACL_BF16 : ACL_FLOAT;
+}
+
 }  // namespace fusekit::tools

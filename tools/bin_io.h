@@ -98,6 +98,20 @@ DeviceTensor upload(const std::vector<char> &host, const std::vector<int64_t> &s
 std::vector<char> download(const DeviceTensor &t);
 void release(DeviceTensor &t);
 
+// A runner's start: its command line (`name` <dir>; else the usage, and exit), <dir>/params.txt,
+// and the acl session (start_acl; the runner ends it with finish_acl(stream)).
+struct Runner {
+  Runner(int argc, char **argv, const char *name);
+  // <dir>/input/<file>.bin on the device as a tensor of `shape` and `dtype`.
+  DeviceTensor input(const char *file, const std::vector<int64_t> &shape, aclDataType dtype) const;
+  std::string dir;
+  Params params;
+  aclrtStream stream = nullptr;
+};
+
+// The dtype params.txt names: "float16", "bfloat16", else float32.
+aclDataType acl_dtype_named(const std::string &name);
+
 // aclInit, device 0 and a stream (exits on failure); finish_acl undoes them.
 aclrtStream start_acl();
 void finish_acl(aclrtStream stream);

@@ -9,31 +9,26 @@
 #include "aclnnop/aclnn_add_lora.h"
 #include "bin_io.h"
 
-using fusekit::tools::die;
-
 using fusekit::tools::DeviceTensor;
 using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
-  if (argc != 2) die("usage: run_add_lora <dir>");
-  const std::string dir = argv[1];
-  fusekit::tools::Params p(dir + "/params.txt");
+  const fusekit::tools::Runner run(argc, argv, "run_add_lora");
+  const std::string &dir = run.dir;
+  const fusekit::tools::Params &p = run.params;
   const int64_t B = p.integer("B"), H1 = p.integer("H1"), H2 = p.integer("H2"),
                 H3 = p.integer("H3");
   const int64_t R = p.integer("R"), W = p.integer("W"), L = p.integer("L");
   const std::string dtype = p.str("dtype");
-  const aclDataType dt = dtype == "float16"    ? ACL_FLOAT16
-                         : dtype == "bfloat16" ? ACL_BF16
-                                               : ACL_FLOAT;
+  const aclDataType dt = fusekit::tools::acl_dtype_named(dtype);
   const size_t es = dt == ACL_FLOAT ? 4 : 2;
-  aclrtStream stream = fusekit::tools::start_acl();
+  aclrtStream stream = run.stream;
 
-  const std::string in = dir + "/input/";
-  DeviceTensor x = upload(fusekit::tools::read_bin(in + "x.bin"), {B, H1}, dt);
-  DeviceTensor y = upload(fusekit::tools::read_bin(in + "y.bin"), {B, H3}, dt);
-  DeviceTensor wa = upload(fusekit::tools::read_bin(in + "weightA.bin"), {W, L, R, H1}, dt);
-  DeviceTensor wb = upload(fusekit::tools::read_bin(in + "weightB.bin"), {W, L, H2, R}, dt);
-  DeviceTensor idx = upload(fusekit::tools::read_bin(in + "indices.bin"), {B}, ACL_INT32);
+  DeviceTensor x = run.input("x", {B, H1}, dt);
+  DeviceTensor y = run.input("y", {B, H3}, dt);
+  DeviceTensor wa = run.input("weightA", {W, L, R, H1}, dt);
+  DeviceTensor wb = run.input("weightB", {W, L, H2, R}, dt);
+  DeviceTensor idx = run.input("indices", {B}, ACL_INT32);
   DeviceTensor out =
       upload(std::vector<char>(static_cast<size_t>(B * H3) * es, static_cast<char>(0xff)), {B, H3},
              dt);  // NaN everywhere: an unwritten element fails the check

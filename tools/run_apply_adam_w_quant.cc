@@ -9,36 +9,28 @@
 #include "aclnnop/aclnn_apply_adam_w_quant.h"
 #include "bin_io.h"
 
-using fusekit::tools::die;
-
 using fusekit::tools::DeviceTensor;
-using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
-  if (argc != 2) die("usage: run_apply_adam_w_quant <dir>");
-  const std::string dir = argv[1];
-  fusekit::tools::Params p(dir + "/params.txt");
+  const fusekit::tools::Runner run(argc, argv, "run_apply_adam_w_quant");
+  const std::string &dir = run.dir;
+  const fusekit::tools::Params &p = run.params;
   const int64_t rows = p.integer("rows"), cols = p.integer("cols"), n = rows * cols;
   const int64_t blocks = (n + 255) / 256;
   const std::string dtype = p.str("dtype");
-  const aclDataType dt = dtype == "float16"    ? ACL_FLOAT16
-                         : dtype == "bfloat16" ? ACL_BF16
-                                               : ACL_FLOAT;
+  const aclDataType dt = fusekit::tools::acl_dtype_named(dtype);
   const double elem = dtype == "float32" ? 4.0 : 2.0;
-  aclrtStream stream = fusekit::tools::start_acl();
+  aclrtStream stream = run.stream;
 
-  auto in = [&](const char *name) {
-    return fusekit::tools::read_bin(dir + "/input/" + name + ".bin");
-  };
-  DeviceTensor var = upload(in("var"), {rows, cols}, dt);
-  DeviceTensor grad = upload(in("grad"), {rows, cols}, dt);
-  DeviceTensor m = upload(in("m"), {rows, cols}, ACL_UINT8);
-  DeviceTensor v = upload(in("v"), {rows, cols}, ACL_UINT8);
-  DeviceTensor qm = upload(in("qmap_m"), {256}, ACL_FLOAT);
-  DeviceTensor qv = upload(in("qmap_v"), {256}, ACL_FLOAT);
-  DeviceTensor am = upload(in("absmax_m"), {blocks}, ACL_FLOAT);
-  DeviceTensor av = upload(in("absmax_v"), {blocks}, ACL_FLOAT);
-  DeviceTensor step = upload(in("step"), {1}, ACL_INT64);
+  DeviceTensor var = run.input("var", {rows, cols}, dt);
+  DeviceTensor grad = run.input("grad", {rows, cols}, dt);
+  DeviceTensor m = run.input("m", {rows, cols}, ACL_UINT8);
+  DeviceTensor v = run.input("v", {rows, cols}, ACL_UINT8);
+  DeviceTensor qm = run.input("qmap_m", {256}, ACL_FLOAT);
+  DeviceTensor qv = run.input("qmap_v", {256}, ACL_FLOAT);
+  DeviceTensor am = run.input("absmax_m", {blocks}, ACL_FLOAT);
+  DeviceTensor av = run.input("absmax_v", {blocks}, ACL_FLOAT);
+  DeviceTensor step = run.input("step", {1}, ACL_INT64);
 
   char mode[] = "BLOCKWISE";
   // One call (tools/bin_io.h): the first one's outputs are checked; the steady time comes from

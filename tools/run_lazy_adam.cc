@@ -8,28 +8,21 @@
 #include "aclnnop/aclnn_lazy_adam.h"
 #include "bin_io.h"
 
-using fusekit::tools::die;
-
 using fusekit::tools::DeviceTensor;
-using fusekit::tools::upload;
 
 int main(int argc, char **argv) {
-  if (argc != 2) die("usage: run_lazy_adam <dir>");
-  const std::string dir = argv[1];
-  fusekit::tools::Params p(dir + "/params.txt");
+  const fusekit::tools::Runner run(argc, argv, "run_lazy_adam");
+  const std::string &dir = run.dir;
+  const fusekit::tools::Params &p = run.params;
   const int64_t rows = p.integer("rows"), n = p.integer("n"), dim = p.integer("dim");
-  aclrtStream stream = fusekit::tools::start_acl();
+  aclrtStream stream = run.stream;
 
-  DeviceTensor grad =
-      upload(fusekit::tools::read_bin(dir + "/input/gradient.bin"), {n, dim}, ACL_FLOAT);
-  DeviceTensor idx = upload(fusekit::tools::read_bin(dir + "/input/indices.bin"), {n}, ACL_INT32);
-  DeviceTensor m =
-      upload(fusekit::tools::read_bin(dir + "/input/inputM.bin"), {rows, dim}, ACL_FLOAT);
-  DeviceTensor v =
-      upload(fusekit::tools::read_bin(dir + "/input/inputV.bin"), {rows, dim}, ACL_FLOAT);
-  DeviceTensor var =
-      upload(fusekit::tools::read_bin(dir + "/input/inputVar.bin"), {rows, dim}, ACL_FLOAT);
-  DeviceTensor lr = upload(fusekit::tools::read_bin(dir + "/input/lr.bin"), {1}, ACL_FLOAT);
+  DeviceTensor grad = run.input("gradient", {n, dim}, ACL_FLOAT);
+  DeviceTensor idx = run.input("indices", {n}, ACL_INT32);
+  DeviceTensor m = run.input("inputM", {rows, dim}, ACL_FLOAT);
+  DeviceTensor v = run.input("inputV", {rows, dim}, ACL_FLOAT);
+  DeviceTensor var = run.input("inputVar", {rows, dim}, ACL_FLOAT);
+  DeviceTensor lr = run.input("lr", {1}, ACL_FLOAT);
 
   // One call (tools/bin_io.h): the first one's outputs are checked; the steady time comes from
   // repeated calls after they are written.

@@ -9,42 +9,30 @@
 #include "aclnnop/aclnn_lazy_adam_quant.h"
 #include "bin_io.h"
 
-using fusekit::tools::die;
-
 using fusekit::tools::DeviceTensor;
-using fusekit::tools::upload;
 
-namespace {
-
-aclDataType dtype_of(const std::string &name) {
-  return name == "float16" ? ACL_FLOAT16 : name == "bfloat16" ? ACL_BF16 : ACL_FLOAT;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) die("usage: run_lazy_adam_quant <dir>");
-  const std::string dir = argv[1];
-  fusekit::tools::Params p(dir + "/params.txt");
+  const fusekit::tools::Runner run(argc, argv, "run_lazy_adam_quant");
+  const std::string &dir = run.dir;
+  const fusekit::tools::Params &p = run.params;
   const int64_t rows = p.integer("rows"), n = p.integer("n"), dim = p.integer("dim");
   const int64_t blocks = (dim + 255) / 256;
   const std::string dtype = p.str("dtype"), grad_dtype = p.str("grad_dtype");
   const double es = dtype == "float32" ? 4.0 : 2.0, gs = grad_dtype == "float32" ? 4.0 : 2.0;
-  aclrtStream stream = fusekit::tools::start_acl();
+  aclrtStream stream = run.stream;
 
-  auto in = [&](const char *name) {
-    return fusekit::tools::read_bin(dir + "/input/" + name + ".bin");
-  };
-  DeviceTensor grad = upload(in("gradient"), {n, dim}, dtype_of(grad_dtype));
-  DeviceTensor idx = upload(in("indices"), {n}, ACL_INT32);
-  DeviceTensor m = upload(in("inputM"), {rows, dim}, ACL_UINT8);
-  DeviceTensor v = upload(in("inputV"), {rows, dim}, ACL_UINT8);
-  DeviceTensor var = upload(in("inputVar"), {rows, dim}, dtype_of(dtype));
-  DeviceTensor qm = upload(in("qmapM"), {256}, ACL_FLOAT);
-  DeviceTensor qv = upload(in("qmapV"), {256}, ACL_FLOAT);
-  DeviceTensor am = upload(in("absmaxM"), {rows, blocks}, ACL_FLOAT);
-  DeviceTensor av = upload(in("absmaxV"), {rows, blocks}, ACL_FLOAT);
-  DeviceTensor lr = upload(in("lr"), {1}, ACL_FLOAT);
+  DeviceTensor grad = run.input("gradient", {n, dim}, fusekit::tools::acl_dtype_named(grad_dtype));
+  DeviceTensor idx = run.input("indices", {n}, ACL_INT32);
+  DeviceTensor m = run.input("inputM", {rows, dim}, ACL_UINT8);
+  DeviceTensor v = run.input("inputV", {rows, dim}, ACL_UINT8);
+  DeviceTensor var = run.input("inputVar", {rows, dim}, fusekit::tools::acl_dtype_named(dtype));
+  DeviceTensor qm = run.input("qmapM", {256}, ACL_FLOAT);
+  DeviceTensor qv = run.input("qmapV", {256}, ACL_FLOAT);
+  DeviceTensor am = run.input("absmaxM", {rows, blocks}, ACL_FLOAT);
+  DeviceTensor av = run.input("absmaxV", {rows, blocks}, ACL_FLOAT);
+  DeviceTensor lr = run.input("lr", {1}, ACL_FLOAT);
 
   // One call (tools/bin_io.h): the first one's outputs are checked; the steady time comes from
   // repeated calls after they are written.
