@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/adam_w_step.h"
 #include "common/ceilings.h"
 #include "common/plan_overhead.h"
 #include "fusekit/adam_w.h"
@@ -23,50 +24,8 @@ using fusekit::bench::DeviceBuffer;
 
 constexpr int64_t kN = int64_t{64} << 20;
 
-// xorshift values in scale * [-1, 1), filled in parallel.
-void fill(float *p, int64_t n, uint64_t seed, float scale) {
-#pragma omp parallel
-  {
-    const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(tid) + 1;
-    for (int64_t i = n * tid / nt; i < n * (tid + 1) / nt; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      p[i] = scale * (static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f);
-    }
-  }
-}
-
 void BM_AdamW(benchmark::State &state, const char *implementation = nullptr) {
-  DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4),
-      m(static_cast<size_t>(kN) * 4), v(static_cast<size_t>(kN) * 4);
-  fill(var.as<float>(), kN, 1, 1.0f);
-  fill(grad.as<float>(), kN, 2, 0.01f);
-  fill(m.as<float>(), kN, 3, 0.001f);
-  fill(v.as<float>(), kN, 4, 1e-6f);
-#pragma omp parallel for
-  for (int64_t i = 0; i < kN; ++i) v.as<float>()[i] *= v.as<float>()[i] < 0 ? -1.0f : 1.0f;
-  fusekit::AdamWOptions o;
-  o.weight_decay = 0.01;
-  o.implementation = implementation;
-  fusekit::AdamW plan;
-  int64_t n = kN;
-  const fusekit::Status st =
-      fusekit::AdamW::plan(TensorView::contiguous(var.ptr, DType::kFloat32, &n, 1),
-                           TensorView::contiguous(grad.ptr, DType::kFloat32, &n, 1),
-                           TensorView::contiguous(m.ptr, DType::kFloat32, &n, 1),
-                           TensorView::contiguous(v.ptr, DType::kFloat32, &n, 1), o, &plan);
-  if (!st.ok()) {
-    state.SkipWithError(st.message().c_str());
-    return;
-  }
-  int64_t step = 0;
-  for (auto _ : state) {
-    const fusekit::Status r = plan.run(step++, 1e-3f);
-    if (!r.ok()) state.SkipWithError(r.message().c_str());
-  }
-  fusekit::bench::report_bandwidth(state, 28.0 * static_cast<double>(kN));
-  state.counters["elements"] = static_cast<double>(kN);
-  state.SetLabel(plan.implementation());
+  fusekit::bench::adam_w_step(state, kN, implementation);
 }
 
 // Each implementation of the list (the reference: the plain scalar loop).

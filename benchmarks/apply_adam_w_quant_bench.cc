@@ -25,8 +25,12 @@
 
 #include "common/adam_arithmetic.h"
 #include "common/ceilings.h"
+#include "common/fill.h"
 #include "common/plan_overhead.h"
 #include "fusekit/apply_adam_w_quant.h"
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+#include "common/adam_w_step.h"  // the float32 AdamW step beside the 8-bit one
+#endif
 #include "fusekit/float16.h"
 
 namespace {
@@ -39,31 +43,25 @@ constexpr int64_t kN = int64_t{64} << 20;
 
 // xorshift values in [-1, 1) (gradients, var) and random codes, filled in parallel.
 void fill(void *p, DType t, int64_t n, uint64_t seed, float scale) {
-#pragma omp parallel
-  {
-    const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(tid) + 1;
-    for (int64_t i = n * tid / nt; i < n * (tid + 1) / nt; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      const float f = scale * (static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f);
-      switch (t) {
-        case DType::kFloat32:
-          static_cast<float *>(p)[i] = f;
-          break;
-        case DType::kFloat16:
-          static_cast<uint16_t *>(p)[i] = fusekit::float_to_half_bits(f);
-          break;
-        case DType::kBFloat16:
-          static_cast<uint16_t *>(p)[i] = fusekit::float_to_bf16_bits(f);
-          break;
-        case DType::kUInt8:
-          static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(x >> 56);
-          break;
-        default:
-          break;
-      }
+  fusekit::bench::xorshift_fill(n, seed, [&](int64_t i, uint64_t x) {
+    const float f = scale * (2.0f * fusekit::bench::unit_float(x) - 1.0f);
+    switch (t) {
+      case DType::kFloat32:
+        static_cast<float *>(p)[i] = f;
+        break;
+      case DType::kFloat16:
+        static_cast<uint16_t *>(p)[i] = fusekit::float_to_half_bits(f);
+        break;
+      case DType::kBFloat16:
+        static_cast<uint16_t *>(p)[i] = fusekit::float_to_bf16_bits(f);
+        break;
+      case DType::kUInt8:
+        static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(x >> 56);
+        break;
+      default:
+        break;
     }
-  }
+  });
 }
 
 struct QuantData {
@@ -138,34 +136,7 @@ const bool registered_implementations = [] {
 
 #if defined(FUSEKIT_BENCH_WITH_ADAM_W)
 void BM_AdamW(benchmark::State &state) {
-  DeviceBuffer var(static_cast<size_t>(kN) * 4), grad(static_cast<size_t>(kN) * 4),
-      m(static_cast<size_t>(kN) * 4), v(static_cast<size_t>(kN) * 4);
-  fill(var.ptr, DType::kFloat32, kN, 1, 1.0f);
-  fill(grad.ptr, DType::kFloat32, kN, 2, 0.01f);
-  fill(m.ptr, DType::kFloat32, kN, 3, 0.001f);
-  fill(v.ptr, DType::kFloat32, kN, 4, 1e-6f);
-#pragma omp parallel for
-  for (int64_t i = 0; i < kN; ++i) v.as<float>()[i] *= v.as<float>()[i] < 0 ? -1.0f : 1.0f;
-  fusekit::AdamWOptions o;
-  o.weight_decay = 0.01;
-  fusekit::AdamW plan;
-  int64_t n = kN;
-  const fusekit::Status st =
-      fusekit::AdamW::plan(TensorView::contiguous(var.ptr, DType::kFloat32, &n, 1),
-                           TensorView::contiguous(grad.ptr, DType::kFloat32, &n, 1),
-                           TensorView::contiguous(m.ptr, DType::kFloat32, &n, 1),
-                           TensorView::contiguous(v.ptr, DType::kFloat32, &n, 1), o, &plan);
-  if (!st.ok()) {
-    state.SkipWithError(st.message().c_str());
-    return;
-  }
-  int64_t step = 0;
-  for (auto _ : state) {
-    const fusekit::Status r = plan.run(step++, 1e-3f);
-    if (!r.ok()) state.SkipWithError(r.message().c_str());
-  }
-  fusekit::bench::report_bandwidth(state, 28.0 * static_cast<double>(kN));
-  state.counters["elements"] = static_cast<double>(kN);
+  fusekit::bench::adam_w_step(state, kN);
 }
 #endif  // FUSEKIT_BENCH_WITH_ADAM_W
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/ceilings.h"
+#include "common/fill.h"
 #include "common/parallel.h"
 #include "common/plan_overhead.h"
 #include "fusekit/lazy_adam.h"
@@ -41,15 +42,8 @@ Shape shape_for(int64_t dim) {
 }
 
 void fill_uniform_1_2(float *p, int64_t n, uint64_t seed) {
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
-    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      p[i] = 1.0f + static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
-    }
-  }
+  fusekit::bench::xorshift_fill(
+      n, seed, [&](int64_t i, uint64_t x) { p[i] = 1.0f + fusekit::bench::unit_float(x); });
 }
 
 struct Data {

@@ -33,6 +33,7 @@
 #endif
 
 #include "common/ceilings.h"
+#include "common/fill.h"
 #include "common/parallel.h"
 #include "common/plan_overhead.h"
 #include "fusekit/float16.h"
@@ -53,37 +54,18 @@ constexpr int64_t kRows = 2'000'000, kN = 564'096;
 
 // Uniform in [lo, hi) from a per-thread xorshift stream.
 void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi) {
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
-    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      p[i] = lo + (hi - lo) * static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
-    }
-  }
+  fusekit::bench::xorshift_fill(n, seed, [&](int64_t i, uint64_t x) {
+    p[i] = lo + (hi - lo) * fusekit::bench::unit_float(x);
+  });
 }
 void fill_bf16(uint16_t *p, int64_t n, uint64_t seed) {
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
-    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      p[i] = fusekit::float_to_bf16_bits(1.0f + static_cast<float>(x >> 40) * (1.0f / 16777216.0f));
-    }
-  }
+  fusekit::bench::xorshift_fill(n, seed, [&](int64_t i, uint64_t x) {
+    p[i] = fusekit::float_to_bf16_bits(1.0f + fusekit::bench::unit_float(x));
+  });
 }
 void fill_bytes(uint8_t *p, int64_t n, uint64_t seed) {
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1;
-    for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      p[i] = static_cast<uint8_t>(x >> 56);
-    }
-  }
+  fusekit::bench::xorshift_fill(
+      n, seed, [&](int64_t i, uint64_t x) { p[i] = static_cast<uint8_t>(x >> 56); });
 }
 
 // A permutation of the rows, cut (gen_data.py): unique indices.

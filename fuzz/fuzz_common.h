@@ -1519,6 +1519,33 @@ inline void maybe_write_seeds(const std::vector<Seed> &seeds, DecodeFn decode, R
   std::exit(bad == 0 ? 0 : 1);
 }
 
+// ---- the sparse-row optimizers (LazyAdam, LazyAdamQuant) ----
+// The distinct valid rows of index tensor `idx` into table `table` (rows >= 0 and < its first
+// dimension), in order of first occurrence, with their positions in the batch.
+struct TouchedRows {
+  std::vector<int64_t> order;
+  std::map<int64_t, std::vector<int64_t>> occurrences;  // row -> positions k in the batch
+};
+inline TouchedRows touched_rows(const World &w, int idx, int table) {
+  TouchedRows r;
+  const Created &ic = w.tensor(idx);
+  const int64_t n = ic.spec.dims[0], rows = w.tensor(table).spec.dims[0];
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t row = w.index_before(idx, ic.spec.offset + k * ic.spec.strides[0]);
+    if (row < 0 || row >= rows) continue;
+    auto &occ = r.occurrences[row];
+    if (occ.empty()) r.order.push_back(row);
+    occ.push_back(k);
+  }
+  return r;
+}
+
+// The element offset (from the data pointer) of [row, j] of 2-D tensor t.
+inline int64_t elem2(const World &w, int t, int64_t row, int64_t j) {
+  const Created &c = w.tensor(t);
+  return c.spec.offset + row * c.spec.strides[0] + j * c.spec.strides[1];
+}
+
 }  // namespace fz
 
 // The libFuzzer entry points of a target: its seeds (written and checked when

@@ -44,32 +44,6 @@ void decode_only(fz::Input &in) {
   decode_into(in, &c);
 }
 
-// The element offsets (from each table's data pointer) of the rows a step may write, and the
-// distinct valid rows in order of first occurrence with their gradient positions.
-struct Rows {
-  std::vector<int64_t> order;
-  std::map<int64_t, std::vector<int64_t>> occurrences;  // row -> positions k in the batch
-};
-
-Rows rows_of(const fz::World &w) {
-  Rows r;
-  const fz::Created &idx = w.tensor(kIdx), &m = w.tensor(kM);
-  const int64_t n = idx.spec.dims[0], rows = m.spec.dims[0];
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t row = w.index_before(kIdx, idx.spec.offset + k * idx.spec.strides[0]);
-    if (row < 0 || row >= rows) continue;
-    auto &occ = r.occurrences[row];
-    if (occ.empty()) r.order.push_back(row);
-    occ.push_back(k);
-  }
-  return r;
-}
-
-int64_t table_elem(const fz::World &w, int t, int64_t row, int64_t j) {
-  const fz::Created &c = w.tensor(t);
-  return c.spec.offset + row * c.spec.strides[0] + j * c.spec.strides[1];
-}
-
 void run_one(const uint8_t *data, size_t size) {
   const Case c = fz::begin_case<Case>(data, size, decode_into);
   fz::World w(c.ph.seed);
@@ -87,15 +61,15 @@ void run_one(const uint8_t *data, size_t size) {
       g, i, m, v, var, lr, c.beta1, c.beta2, c.eps,
       c.ph.p1 >= fz::kP1NullWorkspaceSize && c.ph.p1 < fz::kP1NullExecutor ? nullptr : &ws,
       c.ph.p1 >= fz::kP1NullExecutor ? nullptr : &ex);
-  Rows rows;
+  fz::TouchedRows rows;
   std::vector<std::pair<int, int64_t>> outputs;
   const bool ran = fz::run_phases(w, c.ph, st, ws, ex, "aclnnLazyAdam", aclnnLazyAdam, [&] {
-    rows = rows_of(w);
+    rows = fz::touched_rows(w, kIdx, kM);
     const int64_t d = w.tensor(kM).spec.dims[1];
     for (int64_t row : rows.order) {
       for (int t : {kM, kV, kVar}) {
         for (int64_t j = 0; j < d; ++j) {
-          const int64_t e = table_elem(w, t, row, j);
+          const int64_t e = fz::elem2(w, t, row, j);
           w.allow_element(t, e, 4);
           outputs.emplace_back(t, e);
         }
@@ -124,7 +98,7 @@ void run_one(const uint8_t *data, size_t size) {
     if (finite) continue;
     for (int t : {kM, kV, kVar}) {
       for (int64_t j = 0; j < d; ++j) {
-        const int64_t e = table_elem(w, t, row, j);
+        const int64_t e = fz::elem2(w, t, row, j);
         FZ_CHECK(std::memcmp(w.now_at(t, e), w.before_at(t, e), 4) == 0,
                  "aclnnLazyAdam changed %s[%lld, %lld] although the row's gradient is not finite",
                  w.tensor(t).spec.name, static_cast<long long>(row), static_cast<long long>(j));

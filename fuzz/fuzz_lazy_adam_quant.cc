@@ -56,31 +56,6 @@ void decode_only(fz::Input &in) {
   decode_into(in, &c);
 }
 
-// The distinct valid rows in order of first occurrence, with their gradient positions.
-struct Rows {
-  std::vector<int64_t> order;
-  std::map<int64_t, std::vector<int64_t>> occurrences;  // row -> positions k in the batch
-};
-
-Rows rows_of(const fz::World &w) {
-  Rows r;
-  const fz::Created &idx = w.tensor(kIdx), &m = w.tensor(kM);
-  const int64_t n = idx.spec.dims[0], rows = m.spec.dims[0];
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t row = w.index_before(kIdx, idx.spec.offset + k * idx.spec.strides[0]);
-    if (row < 0 || row >= rows) continue;
-    auto &occ = r.occurrences[row];
-    if (occ.empty()) r.order.push_back(row);
-    occ.push_back(k);
-  }
-  return r;
-}
-
-int64_t elem(const fz::World &w, int t, int64_t row, int64_t j) {
-  const fz::Created &c = w.tensor(t);
-  return c.spec.offset + row * c.spec.strides[0] + j * c.spec.strides[1];
-}
-
 void run_one(const uint8_t *data, size_t size) {
   const Case c = fz::begin_case<Case>(data, size, decode_into);
   fz::World w(c.ph.seed);
@@ -100,23 +75,23 @@ void run_one(const uint8_t *data, size_t size) {
       c.beta2, c.eps,
       c.ph.p1 >= fz::kP1NullWorkspaceSize && c.ph.p1 < fz::kP1NullExecutor ? nullptr : &ws,
       c.ph.p1 >= fz::kP1NullExecutor ? nullptr : &ex);
-  Rows rows;
+  fz::TouchedRows rows;
   std::vector<std::pair<int, int64_t>> outputs;
   const bool ran =
       fz::run_phases(w, c.ph, st, ws, ex, "aclnnLazyAdamQuant", aclnnLazyAdamQuant, [&] {
-        rows = rows_of(w);
+        rows = fz::touched_rows(w, kIdx, kM);
         const int64_t d = w.tensor(kM).spec.dims[1], blocks = w.tensor(kAm).spec.dims[1];
         for (int64_t row : rows.order) {
           for (int i : {kM, kV, kVar}) {
             for (int64_t j = 0; j < d; ++j) {
-              const int64_t e = elem(w, i, row, j);
+              const int64_t e = fz::elem2(w, i, row, j);
               w.allow_element(i, e, w.tensor(i).esize);
               outputs.emplace_back(i, e);
             }
           }
           for (int i : {kAm, kAv}) {
             for (int64_t b = 0; b < blocks; ++b) {
-              const int64_t e = elem(w, i, row, b);
+              const int64_t e = fz::elem2(w, i, row, b);
               w.allow_element(i, e, 4);
               outputs.emplace_back(i, e);
             }
@@ -147,14 +122,14 @@ void run_one(const uint8_t *data, size_t size) {
     for (int i : {kM, kV, kVar}) {
       const size_t es = fz::real_esize(w.tensor(i).spec.dtype);
       for (int64_t j = 0; j < d; ++j) {
-        const int64_t e = elem(w, i, row, j);
+        const int64_t e = fz::elem2(w, i, row, j);
         changed = changed || std::memcmp(w.now_at(i, e), w.before_at(i, e), es) != 0;
         if (i == kVar) finite = finite && std::isfinite(fz::load_float(w.now_at(i, e), vdt));
       }
     }
     for (int i : {kAm, kAv}) {
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t e = elem(w, i, row, b);
+        const int64_t e = fz::elem2(w, i, row, b);
         changed = changed || std::memcmp(w.now_at(i, e), w.before_at(i, e), 4) != 0;
         finite = finite && std::isfinite(fz::load_float(w.now_at(i, e), ACL_FLOAT));
       }

@@ -58,6 +58,20 @@ def state_bytes(opt):
                if torch.is_tensor(t))
 
 
+def train_step(model, sparse, dense, ids, y):
+    loss = nn.functional.mse_loss(model(ids), y)
+    sparse.zero_grad()
+    dense.zero_grad()
+    loss.backward()
+    sparse.step()
+    dense.step()
+
+
+def save(model, dense, out):
+    torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "dense_state_bytes": state_bytes(dense)}, out)
+
+
 def main():
     mode, out = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -67,14 +81,8 @@ def main():
     if mode == "single":
         sparse, dense = optimizers(model)
         for ids, y in batches():
-            loss = nn.functional.mse_loss(model(ids), y)
-            sparse.zero_grad()
-            dense.zero_grad()
-            loss.backward()
-            sparse.step()
-            dense.step()
-        torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                    "dense_state_bytes": state_bytes(dense)}, out)
+            train_step(model, sparse, dense, ids, y)
+        save(model, dense, out)
         return
 
     import torch.distributed as dist
@@ -88,14 +96,8 @@ def main():
     per = BATCH // world
     for ids, y in batches():
         sl = slice(rank * per, (rank + 1) * per)
-        loss = nn.functional.mse_loss(ddp(ids[sl]), y[sl])  # DDP averages the ranks' gradients
-        sparse.zero_grad()
-        dense.zero_grad()
-        loss.backward()
-        sparse.step()
-        dense.step()
-    torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                "dense_state_bytes": state_bytes(dense)}, out)
+        train_step(ddp, sparse, dense, ids[sl], y[sl])  # DDP averages the ranks' gradients
+    save(model, dense, out)
     dist.barrier()
     dist.destroy_process_group()
 
