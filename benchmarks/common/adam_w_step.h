@@ -15,7 +15,8 @@ namespace fusekit::bench {
 
 // xorshift values in scale * [-1, 1).
 inline void fill_floats(float *p, int64_t n, uint64_t seed, float scale) {
-  xorshift_fill(n, seed, [&](int64_t i, uint64_t x) { p[i] = scale * (2.0f * unit_float(x) - 1.0f); });
+  xorshift_fill(n, seed,
+                [&](int64_t i, uint64_t x) { p[i] = scale * (2.0f * unit_float(x) - 1.0f); });
 }
 
 // `implementation`: a name from fusekit::AdamW::implementations(), or null (the plan's choice).

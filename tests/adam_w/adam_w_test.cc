@@ -22,26 +22,8 @@
 
 namespace {
 
-using fusekit::AdamW;
-using fusekit::AdamWOptions;
-using fusekit::AdamWProblem;
-using fusekit::AdamWScalars;
-using fusekit::AdamWStats;
-using fusekit::AdamWTensors;
-using fusekit::DType;
-using fusekit::KernelChoice;
-using fusekit::Status;
-using fusekit::StatusCode;
-using fusekit::TensorView;
-using fusekit::testing::rng_for;
-using fusekit::testing::uniform;
-
-// The 16-bit conversions and FloatBuf: tests/common/half_floats.h.
-using fusekit::testing::float_to_half;
-using fusekit::testing::FloatBuf;
-using fusekit::testing::half_to_float;
-using fusekit::testing::narrow;
-using fusekit::testing::widen;
+using namespace fusekit;           // the library under test
+using namespace fusekit::testing;  // tests/common
 
 struct Hyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0, eps = 1e-8, gnorm = 1.0;

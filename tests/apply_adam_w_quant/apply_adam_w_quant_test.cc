@@ -32,27 +32,9 @@
 
 namespace {
 
-using fusekit::ApplyAdamWQuant;
-using fusekit::ApplyAdamWQuantOptions;
-using fusekit::ApplyAdamWQuantProblem;
-using fusekit::ApplyAdamWQuantScalars;
-using fusekit::ApplyAdamWQuantStats;
-using fusekit::ApplyAdamWQuantTensors;
-using fusekit::DType;
-using fusekit::KernelChoice;
-using fusekit::Status;
-using fusekit::StatusCode;
-using fusekit::TensorView;
-using fusekit::testing::rng_for;
-using fusekit::testing::uniform;
+using namespace fusekit;           // the library under test
+using namespace fusekit::testing;  // tests/common
 using Map = std::array<float, 256>;
-
-// The 16-bit conversions and FloatBuf: tests/common/half_floats.h.
-using fusekit::testing::float_to_half;
-using fusekit::testing::FloatBuf;
-using fusekit::testing::half_to_float;
-using fusekit::testing::narrow;
-using fusekit::testing::widen;
 
 // ---- maps --------------------------------------------------------------------------------------
 Map linspace_map(float lo, float hi) {

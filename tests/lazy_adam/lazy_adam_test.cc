@@ -26,16 +26,8 @@
 
 namespace {
 
-using fusekit::DType;
-using fusekit::KernelChoice;
-using fusekit::LazyAdamOptions;
-using fusekit::LazyAdamStats;
-using fusekit::Status;
-using fusekit::StatusCode;
-using fusekit::TensorView;
-using fusekit::testing::count_bit_mismatches;
-using fusekit::testing::rng_for;
-using fusekit::testing::uniform;
+using namespace fusekit;           // the library under test
+using namespace fusekit::testing;  // tests/common
 
 // A table of R rows with D columns stored with row stride S >= D; the columns past D hold a
 // sentinel that must survive every step.
@@ -455,8 +447,6 @@ struct AclProblem : fusekit::testing::AclTensors {
         [&](uint64_t *ws, aclOpExecutor **ex) { return phase_one(ws, ex); }, aclnnLazyAdam);
   }
 };
-
-using fusekit::testing::last_message;
 
 void expect_refused(aclnnStatus got, aclnnStatus code, const std::vector<std::string> &needles) {
   fusekit::testing::expect_aclnn_refused(got, code, "aclnnLazyAdam", needles);

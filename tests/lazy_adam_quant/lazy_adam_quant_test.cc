@@ -36,22 +36,8 @@
 
 namespace {
 
-using fusekit::DType;
-using fusekit::KernelChoice;
-using fusekit::LazyAdamQuant;
-using fusekit::LazyAdamQuantOptions;
-using fusekit::LazyAdamQuantProblem;
-using fusekit::LazyAdamQuantScalars;
-using fusekit::LazyAdamQuantStats;
-using fusekit::LazyAdamQuantTensors;
-using fusekit::Status;
-using fusekit::StatusCode;
-using fusekit::TensorView;
-using fusekit::testing::FloatBuf;
-using fusekit::testing::narrow;
-using fusekit::testing::rng_for;
-using fusekit::testing::uniform;
-using fusekit::testing::widen;
+using namespace fusekit;           // the library under test
+using namespace fusekit::testing;  // tests/common
 using Map = std::array<float, 256>;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -980,8 +966,6 @@ struct Acl : fusekit::testing::AclTensors {
         [&](uint64_t *ws, aclOpExecutor **ex) { return phase_one(ws, ex); }, aclnnLazyAdamQuant);
   }
 };
-
-using fusekit::testing::last_message;
 
 void expect_refused(aclnnStatus got, aclnnStatus code, const std::vector<std::string> &needles) {
   fusekit::testing::expect_aclnn_refused(got, code, "aclnnLazyAdamQuant: ", needles);
