@@ -72,9 +72,7 @@ struct Seam<LazyAdamOp> {
             indices<int64_t>(rng, N, -2, R - 1)};
   }
   static Status run(const Plan &p, const LazyAdamTensors &t, void *ws, size_t n) {
-    LazyAdamScalars s;
-    s.lr = 0.01f;
-    return p.run(t, s, ws, n);
+    return p.run(t, LazyAdamScalars{.lr = 0.01f, .lr_tensor = {}}, ws, n);
   }
 };
 
@@ -108,9 +106,7 @@ struct Seam<LazyAdamQuantOp> {
     return d;
   }
   static Status run(const Plan &p, const LazyAdamQuantTensors &t, void *ws, size_t n) {
-    LazyAdamQuantScalars s;
-    s.lr = 0.01f;
-    return p.run(t, s, ws, n);
+    return p.run(t, LazyAdamQuantScalars{.lr = 0.01f, .lr_tensor = {}}, ws, n);
   }
 };
 
