@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "acl/acl.h"
@@ -66,27 +67,47 @@ TEST(LazyAdamNoAlloc, PhaseTwoAllocatesNothing) {
   EXPECT_EQ(c.count(), 0);
 }
 
-TEST(LazyAdamNoAlloc, AclnnPhaseTwoAllocatesNothing) {
-  const int64_t rows = 100, n = 50, dim = 8;
-  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f),
-      var(rows * dim, 1.0f);
-  std::vector<int32_t> idx(n);
-  for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i * 2);
+// A LazyAdam problem as aclTensors over host tables: gradient 0.5, m 0.1, v 0.2, var 1, lr 0.01.
+struct AclTables {
+  AclTables(int64_t n_, int64_t rows_, int64_t dim_, std::vector<int32_t> idx_)
+      : n(n_),
+        rows(rows_),
+        dim(dim_),
+        grad(n * dim, 0.5f),
+        m(rows * dim, 0.1f),
+        v(rows * dim, 0.2f),
+        var(rows * dim, 1.0f),
+        idx(std::move(idx_)) {
+    t[0] = aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data());
+    t[1] = aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx.data());
+    t[2] = aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data());
+    t[3] = aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data());
+    t[4] = aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, var.data());
+    t[5] = aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr);
+  }
+  ~AclTables() {
+    for (aclTensor *x : t) aclDestroyTensor(x);
+  }
+  aclnnStatus phase_one(uint64_t *ws, aclOpExecutor **ex) const {
+    return aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, ws,
+                                         ex);
+  }
+  int64_t n, rows, dim;
+  std::vector<float> grad, m, v, var;
+  std::vector<int32_t> idx;
   float lr = 0.01f;
-  const int64_t gd[2] = {n, dim}, id[1] = {n}, td[2] = {rows, dim}, ld[1] = {1};
-  aclTensor *t[6] = {
-      aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()),
-      aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx.data()),
-      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data()),
-      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data()),
-      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, var.data()),
-      aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr)};
+  int64_t gd[2] = {n, dim}, id[1] = {n}, td[2] = {rows, dim}, ld[1] = {1};
+  aclTensor *t[6];
+};
+
+TEST(LazyAdamNoAlloc, AclnnPhaseTwoAllocatesNothing) {
+  std::vector<int32_t> idx(50);
+  for (int32_t i = 0; i < 50; ++i) idx[i] = i * 2;
+  const AclTables a(50, 100, 8, idx);
   for (int rep = 0; rep < 2; ++rep) {
     uint64_t ws = 0;
     aclOpExecutor *ex = nullptr;
-    ASSERT_EQ(aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7,
-                                            &ws, &ex),
-              0);
+    ASSERT_EQ(a.phase_one(&ws, &ex), 0);
     std::vector<char> buf(ws);
     long count = 0;
     {
@@ -98,25 +119,12 @@ TEST(LazyAdamNoAlloc, AclnnPhaseTwoAllocatesNothing) {
       EXPECT_EQ(count, 0);  // rep 0 warms up the thread pool
     }
   }
-  for (aclTensor *x : t) aclDestroyTensor(x);
 }
 
 // Nothing throws across the C boundary: with every allocation failing, phase one, tensor and
 // stream creation return their error codes (and record a message when they can).
 TEST(LazyAdamNoAlloc, AllocationFailureIsAStatusNotAnException) {
-  const int64_t n = 4, rows = 10, dim = 8;
-  std::vector<float> grad(n * dim, 0.5f), m(rows * dim, 0.1f), v(rows * dim, 0.2f),
-      var(rows * dim, 1.0f);
-  std::vector<int32_t> idx = {1, 2, 3, 4};
-  float lr = 0.01f;
-  const int64_t gd[2] = {n, dim}, id[1] = {n}, td[2] = {rows, dim}, ld[1] = {1};
-  aclTensor *t[6] = {
-      aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()),
-      aclCreateTensor(id, 1, ACL_INT32, nullptr, 0, ACL_FORMAT_ND, id, 1, idx.data()),
-      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, m.data()),
-      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, v.data()),
-      aclCreateTensor(td, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, td, 2, var.data()),
-      aclCreateTensor(ld, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, ld, 1, &lr)};
+  const AclTables a(4, 10, 8, {1, 2, 3, 4});
   uint64_t ws = 0;
   aclOpExecutor *ex = nullptr;
   aclnnStatus phase_one = -1;
@@ -124,10 +132,9 @@ TEST(LazyAdamNoAlloc, AllocationFailureIsAStatusNotAnException) {
   aclError stream_status = ACL_SUCCESS;
   aclrtStream stream = nullptr;
   g_fail = true;
-  EXPECT_NO_THROW(phase_one = aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9,
-                                                            0.999, 1e-7, &ws, &ex));
-  EXPECT_NO_THROW(
-      made = aclCreateTensor(gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, gd, 2, grad.data()));
+  EXPECT_NO_THROW(phase_one = a.phase_one(&ws, &ex));
+  EXPECT_NO_THROW(made = aclCreateTensor(a.gd, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, a.gd, 2,
+                                         const_cast<float *>(a.grad.data())));
   EXPECT_NO_THROW(stream_status = aclrtCreateStream(&stream));
   g_fail = false;
   EXPECT_EQ(phase_one, ACLNN_ERR_INNER);
@@ -135,12 +142,9 @@ TEST(LazyAdamNoAlloc, AllocationFailureIsAStatusNotAnException) {
   EXPECT_EQ(made, nullptr);
   EXPECT_EQ(stream_status, ACL_ERROR_BAD_ALLOC);
   // Memory again: everything works, nothing was modified.
-  ASSERT_EQ(
-      aclnnLazyAdamGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], 0.9, 0.999, 1e-7, &ws, &ex),
-      0);
+  ASSERT_EQ(a.phase_one(&ws, &ex), 0);
   EXPECT_EQ(aclDestroyAclOpExecutor(ex), 0);
-  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](float x) { return x == 0.1f; }));
-  for (aclTensor *x : t) aclDestroyTensor(x);
+  EXPECT_TRUE(std::all_of(a.m.begin(), a.m.end(), [](float x) { return x == 0.1f; }));
 }
 
 }  // namespace
