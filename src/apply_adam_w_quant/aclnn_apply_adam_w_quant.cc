@@ -49,12 +49,12 @@ extern "C" aclnnStatus aclnnApplyAdamWQuantGetWorkspaceSize(
                                          "\"; only null or \"BLOCKWISE\" is supported"));
         }
         FUSEKIT_RETURN_IF_ERROR(check_adam_lr(kOp, lr));
-        options.beta1 = beta1;
-        options.beta2 = beta2;
-        options.weight_decay = weightDecay;
-        options.eps = eps;
-        options.gnorm_scale = gnormScale;
-        options.block_size = blockSize;
+        options = {.beta1 = beta1,
+                   .beta2 = beta2,
+                   .weight_decay = weightDecay,
+                   .eps = eps,
+                   .gnorm_scale = gnormScale,
+                   .block_size = blockSize};
         scalars.step_tensor = s;  // read by the implementation when phase two runs
         scalars.lr = static_cast<float>(lr);
         return Status::Ok();

@@ -154,27 +154,10 @@ void PrepareVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out) {
 HWY_AFTER_NAMESPACE();
 #endif  // HWY_ARCH_X86
 
-namespace fusekit {
-
-AdamWQuantBlocksFn adam_w_quant_blocks_avx512vbmi() {
+fusekit::QuantVbmiKernel<fusekit::AdamWQuantBlocksFn> fusekit::adam_w_quant_avx512vbmi() {
 #if HWY_ARCH_X86
-  return &HWY_NAMESPACE::AdamWQuantBlocksVbmi;
+  return {&HWY_NAMESPACE::AdamWQuantBlocksVbmi, &HWY_NAMESPACE::PrepareVbmi};
 #else
-  return nullptr;
+  return {};
 #endif
 }
-
-void adam_w_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v, void *out) {
-#if HWY_ARCH_X86
-  HWY_NAMESPACE::PrepareVbmi(m, v, out);
-#else
-  (void)m, (void)v, (void)out;
-#endif
-}
-
-const char *adam_w_quant_avx512vbmi_why_not() {
-  if (adam_w_quant_blocks_avx512vbmi() == nullptr) return "this library was built for another CPU";
-  return avx512vbmi_cpu_why_not();
-}
-
-}  // namespace fusekit

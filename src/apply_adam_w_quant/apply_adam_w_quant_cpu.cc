@@ -108,8 +108,8 @@ struct Kernel {
 Kernel kernel_of(QuantKernelKind kind, QuantSearch search) {
   switch (kind) {
     case QuantKernelKind::kAvx512Vbmi:
-      return {adam_w_quant_blocks_avx512vbmi(), QuantSearch::kBinarySearch,
-              &adam_w_quant_prepare_avx512vbmi};
+      return {adam_w_quant_avx512vbmi().run, QuantSearch::kBinarySearch,
+              adam_w_quant_avx512vbmi().prepare};
     case QuantKernelKind::kHwy:
       return {adam_w_quant_blocks_hwy(), search, nullptr};
     default:
@@ -120,7 +120,7 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search) {
 // The CPU run, as common/quant_implementations.h's list asks for it.
 struct Cpu {
   static const char *avx512vbmi_why_not(const ApplyAdamWQuantProblem & /*p*/) {
-    return adam_w_quant_avx512vbmi_why_not();
+    return fusekit::avx512vbmi_why_not(adam_w_quant_avx512vbmi());
   }
 
   static bool wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {

@@ -49,15 +49,10 @@ int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin,
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy();
 
 // The AVX-512 VBMI kernel (apply_adam_w_quant_avx512vbmi.cc): the maps and the search tables in
-// registers, no gathers; reads no lookup table. Null when the library was built without an AVX-512
-// target; call it only where adam_w_quant_avx512vbmi_why_not() is null.
-AdamWQuantBlocksFn adam_w_quant_blocks_avx512vbmi();
-// Null when this CPU runs the VBMI kernel, else why not.
-const char *adam_w_quant_avx512vbmi_why_not();
-// Its register tables for two maps' search tables, built once per run into `out`
-// (kAdamWQuantPreparedBytes, 64-aligned) and passed as AdamWQuantArgs::prepared.
+// registers, no gathers; reads no lookup table. Its register tables, built once per run into
+// kAdamWQuantPreparedBytes (64-aligned), are passed as AdamWQuantArgs::prepared.
 inline constexpr size_t kAdamWQuantPreparedBytes = kQuantVbmiTablesBytes;
-void adam_w_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v, void *out);
+QuantVbmiKernel<AdamWQuantBlocksFn> adam_w_quant_avx512vbmi();
 
 }  // namespace fusekit
 

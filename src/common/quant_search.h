@@ -96,6 +96,19 @@ inline constexpr size_t kQuantVbmiTablesBytes = 12288;
 // why not.
 const char *avx512vbmi_cpu_why_not();
 
+// What a single-ISA AVX-512 VBMI source (src/<op>/<op>_avx512vbmi.cc) exports: its kernel and the
+// function that builds its register tables once per run (kQuantVbmiTablesBytes); both null in a
+// library built for another CPU. Run it only where avx512vbmi_why_not(kernel) is null.
+template <class Fn>
+struct QuantVbmiKernel {
+  Fn run = nullptr;
+  void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out) = nullptr;
+};
+template <class Fn>
+const char *avx512vbmi_why_not(const QuantVbmiKernel<Fn> &k) {
+  return k.run == nullptr ? "this library was built for another CPU" : avx512vbmi_cpu_why_not();
+}
+
 }  // namespace fusekit
 
 #endif  // FUSEKIT_COMMON_QUANT_SEARCH_H_

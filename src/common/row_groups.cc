@@ -46,7 +46,7 @@ RowGroupsLayout row_groups_layout(int64_t n, int64_t rows, int threads) {
 }
 
 Status row_groups_check(const char *op, const TensorView &indices, int64_t rows, char *base,
-                        const RowGroupsLayout &w, int threads, RowEntries *out) {
+                        const RowGroupsLayout &w, int threads, RowEntries *out, StageTimer &timer) {
   const int64_t n = indices.shape[0];
   auto *entries = reinterpret_cast<uint64_t *>(base + w.entries);
   uint64_t *bitmap = w.bitmap_bytes > 0 ? reinterpret_cast<uint64_t *>(base + w.bitmap) : nullptr;
@@ -108,12 +108,16 @@ Status row_groups_check(const char *op, const TensorView &indices, int64_t rows,
   out->end = n;
   out->duplicates = duplicates != 0;
   out->padding = padding;
+  timer.stage("check");
   return Status::Ok();
 }
 
 void row_groups_group(int64_t rows, char *base, const RowGroupsLayout &w, int threads,
-                      RowEntries *e) {
-  if (!e->duplicates) return;
+                      RowEntries *e, StageTimer &timer) {
+  if (!e->duplicates) {
+    timer.stage("group(none)");
+    return;
+  }
   const int64_t n = e->end, padding = e->padding;
   auto *entries = reinterpret_cast<uint64_t *>(base + w.entries);
   auto *entries_tmp = reinterpret_cast<uint64_t *>(base + w.entries_tmp);
@@ -149,6 +153,7 @@ void row_groups_group(int64_t rows, char *base, const RowGroupsLayout &w, int th
   }
   e->entries = out;
   e->end = end;
+  timer.stage("group");
 }
 
 }  // namespace fusekit

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "common/parallel.h"
+#include "common/verbose.h"
 #include "fusekit/status.h"
 #include "fusekit/tensor.h"
 
@@ -46,13 +47,15 @@ struct RowEntries {
 // The check stage over indices (int32 or int64, [N] or [N, 1], any stride; N = indices.shape[0])
 // into a table of `rows` rows. An index >= rows is kInvalidArgument naming the first such position
 // and its value: "<op>: indices[7] = 64 but the table has 64 rows; nothing was modified". Fills
-// out (entries in batch order, padding counted, whether any row repeats).
+// out (entries in batch order, padding counted, whether any row repeats). Ends the stage "check"
+// on `timer` when it passes.
 Status row_groups_check(const char *op, const TensorView &indices, int64_t rows, char *workspace,
-                        const RowGroupsLayout &layout, int threads, RowEntries *out);
+                        const RowGroupsLayout &layout, int threads, RowEntries *out,
+                        StageTimer &timer);
 // The group stage: when out->duplicates, sorts and regroups the entries (out->entries and end
-// change); else nothing.
+// change; the stage "group"); else nothing ("group(none)").
 void row_groups_group(int64_t rows, char *workspace, const RowGroupsLayout &layout, int threads,
-                      RowEntries *inout);
+                      RowEntries *inout, StageTimer &timer);
 
 // The update stage: chunks of about a quarter of a thread's share of entries, cut at row
 // boundaries, claimed by the threads; fn(begin, end, scratch) runs the row kernel over

@@ -64,16 +64,15 @@ Status lazy_adam_cpu_run(LazyAdamRowsFn kernel, int64_t prefetch_ahead, const La
 
   // ---- check: every index, and the entries (row << 32 | position); padding gets row R ----
   RowEntries e;
-  FUSEKIT_RETURN_IF_ERROR(row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e));
-  timer.stage("check");
+  FUSEKIT_RETURN_IF_ERROR(
+      row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e, timer));
   st.indices_padding = e.padding;
   // Rows of no columns: the indices were checked, there is nothing to update (and the tables may
   // have no data at all).
   if (p.d == 0) return Status::Ok();
 
   // ---- group: only when some row is named twice ----
-  row_groups_group(rows, base, w.groups, threads, &e);
-  timer.stage(e.duplicates ? "group" : "group(none)");
+  row_groups_group(rows, base, w.groups, threads, &e, timer);
 
   // ---- update ----
   LazyAdamRowsArgs args;

@@ -844,28 +844,10 @@ void PrepareLaqVbmi(const QuantMapTables &m, const QuantMapTables &v, void *out)
 HWY_AFTER_NAMESPACE();
 #endif  // HWY_ARCH_X86
 
-namespace fusekit {
-
-LazyAdamQuantRowsFn lazy_adam_quant_rows_avx512vbmi() {
+fusekit::QuantVbmiKernel<fusekit::LazyAdamQuantRowsFn> fusekit::lazy_adam_quant_avx512vbmi() {
 #if HWY_ARCH_X86
-  return &HWY_NAMESPACE::LazyAdamQuantRowsVbmi;
+  return {&HWY_NAMESPACE::LazyAdamQuantRowsVbmi, &HWY_NAMESPACE::PrepareLaqVbmi};
 #else
-  return nullptr;
+  return {};
 #endif
 }
-
-void lazy_adam_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v,
-                                        void *out) {
-#if HWY_ARCH_X86
-  HWY_NAMESPACE::PrepareLaqVbmi(m, v, out);
-#else
-  (void)m, (void)v, (void)out;
-#endif
-}
-
-const char *lazy_adam_quant_avx512vbmi_why_not() {
-  if (lazy_adam_quant_rows_avx512vbmi() == nullptr) return "this library was built for another CPU";
-  return avx512vbmi_cpu_why_not();
-}
-
-}  // namespace fusekit

@@ -74,8 +74,8 @@ struct Kernel {
 Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p) {
   switch (kind) {
     case QuantKernelKind::kAvx512Vbmi:
-      return {lazy_adam_quant_rows_avx512vbmi(), QuantSearch::kBinarySearch,
-              &lazy_adam_quant_prepare_avx512vbmi, prefetch_ahead(p)};
+      return {lazy_adam_quant_avx512vbmi().run, QuantSearch::kBinarySearch,
+              lazy_adam_quant_avx512vbmi().prepare, prefetch_ahead(p)};
     case QuantKernelKind::kHwy:
       return {lazy_adam_quant_rows_hwy(), search, nullptr, prefetch_ahead(p)};
     default:
@@ -86,7 +86,7 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantPr
 // The CPU run, as common/quant_implementations.h's list asks for it.
 struct Cpu {
   static const char *avx512vbmi_why_not(const LazyAdamQuantProblem & /*p*/) {
-    return lazy_adam_quant_avx512vbmi_why_not();
+    return fusekit::avx512vbmi_why_not(lazy_adam_quant_avx512vbmi());
   }
 
   static bool wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
@@ -119,8 +119,8 @@ struct Cpu {
     const WorkspaceLayout w = layout_for(p, threads, with_lut);
     char *base = ctx.workspace;
     RowEntries e;
-    FUSEKIT_RETURN_IF_ERROR(row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e));
-    timer.stage("check");
+    FUSEKIT_RETURN_IF_ERROR(
+        row_groups_check(kOp, t.indices, rows, base, w.groups, threads, &e, timer));
     st.indices_padding = e.padding;
     // Rows of no columns: the maps and indices were checked, there is nothing to update.
     if (p.d == 0) return Status::Ok();
@@ -141,8 +141,7 @@ struct Cpu {
     timer.stage(built ? "tables" : "tables(cached)");
 
     // ---- group: only when some row is named twice ----
-    row_groups_group(rows, base, w.groups, threads, &e);
-    timer.stage(e.duplicates ? "group" : "group(none)");
+    row_groups_group(rows, base, w.groups, threads, &e, timer);
 
     // ---- update ----
     a.grad = t.gradient.data;

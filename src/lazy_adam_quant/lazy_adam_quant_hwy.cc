@@ -92,22 +92,20 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   while (k < end) {
     if (k + ahead < end) {
       const uint64_t e = a.entries[k + ahead];
-      const auto r = static_cast<int64_t>(e >> 32);
       if (e >> 32 < a.row_limit) {
+        const LaqRow<T> t = laq_row<T>(a, static_cast<int64_t>(e >> 32));
         PrefetchBytes(
             static_cast<const G *>(a.grad) + static_cast<int64_t>(e & 0xffffffffu) * a.grad_stride,
             D * static_cast<int64_t>(sizeof(G)));
-        PrefetchBytes(static_cast<const T *>(a.var) + r * a.var_stride,
-                      D * static_cast<int64_t>(sizeof(T)));
-        PrefetchBytes(a.m + r * a.m_stride, D);
-        PrefetchBytes(a.v + r * a.v_stride, D);
-        PrefetchBytes(a.absmax_m + r * a.absmax_m_stride, a.blocks * 4);
-        PrefetchBytes(a.absmax_v + r * a.absmax_v_stride, a.blocks * 4);
+        PrefetchBytes(t.var, D * static_cast<int64_t>(sizeof(T)));
+        PrefetchBytes(t.m, D);
+        PrefetchBytes(t.v, D);
+        PrefetchBytes(t.absmax_m, a.blocks * 4);
+        PrefetchBytes(t.absmax_v, a.blocks * 4);
       }
     }
     const uint64_t row = a.entries[k] >> 32;
-    int64_t next = k + 1;
-    while (next < end && (a.entries[next] >> 32) == row) ++next;
+    const int64_t next = laq_group_end(a, k, end);
     if (row >= a.row_limit) {  // padding
       k = next;
       continue;
@@ -124,12 +122,7 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       SumGradient<G>(a, k, next, s.g);
     }
     k = next;
-    const auto r = static_cast<int64_t>(row);
-    T *var = static_cast<T *>(a.var) + r * a.var_stride;
-    uint8_t *mc = a.m + r * a.m_stride;
-    uint8_t *vc = a.v + r * a.v_stride;
-    float *absmax_m = a.absmax_m + r * a.absmax_m_stride;
-    float *absmax_v = a.absmax_v + r * a.absmax_v_stride;
+    const auto [var, mc, vc, absmax_m, absmax_v] = laq_row<T>(a, static_cast<int64_t>(row));
 
     // (1) Per block: dequantize, update into the scratch, the maxima; nothing is stored yet.
     bool row_ok = true;

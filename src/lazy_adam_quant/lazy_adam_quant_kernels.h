@@ -44,6 +44,27 @@ struct LazyAdamQuantRowsArgs {
   int64_t prefetch_ahead;
 };
 
+// The end of the group of entries that starts at k: the first entry of another row, or `end`.
+inline int64_t laq_group_end(const LazyAdamQuantRowsArgs &a, int64_t k, int64_t end) {
+  const uint64_t row = a.entries[k] >> 32;
+  int64_t next = k + 1;
+  while (next < end && (a.entries[next] >> 32) == row) ++next;
+  return next;
+}
+
+// The rows of table row r: var (of dtype T), the codes of m and v, their block maxima.
+template <typename T>
+struct LaqRow {
+  T *var;
+  uint8_t *m, *v;
+  float *absmax_m, *absmax_v;
+};
+template <typename T>
+LaqRow<T> laq_row(const LazyAdamQuantRowsArgs &a, int64_t r) {
+  return {static_cast<T *>(a.var) + r * a.var_stride, a.m + r * a.m_stride, a.v + r * a.v_stride,
+          a.absmax_m + r * a.absmax_m_stride, a.absmax_v + r * a.absmax_v_stride};
+}
+
 // Per-thread scratch of a kernel call (64-aligned): the summed (or widened) gradient row g and the
 // new m, v and var (w) of one row, each D floats rounded up to 16 and 16 more (a SIMD kernel
 // stores whole vectors), then the row's block maxima of m and v (`blocks` floats each).
@@ -82,13 +103,9 @@ int64_t lazy_adam_quant_rows_reference(const LazyAdamQuantRowsArgs &args, int64_
 // can switch targets); it reads the lookup tables when they are built (else 8 branch-free steps).
 LazyAdamQuantRowsFn lazy_adam_quant_rows_hwy();
 
-// The AVX-512 VBMI kernel: maps and searches in registers. Null when the library was built without
-// an AVX-512 target; call it only where lazy_adam_quant_avx512vbmi_why_not() is null, with
-// `prepared` built by lazy_adam_quant_prepare_avx512vbmi.
-LazyAdamQuantRowsFn lazy_adam_quant_rows_avx512vbmi();
-const char *lazy_adam_quant_avx512vbmi_why_not();
-void lazy_adam_quant_prepare_avx512vbmi(const QuantMapTables &m, const QuantMapTables &v,
-                                        void *out);
+// The AVX-512 VBMI kernel (lazy_adam_quant_avx512vbmi.cc): maps and searches in registers; its
+// register tables are passed as `prepared`.
+QuantVbmiKernel<LazyAdamQuantRowsFn> lazy_adam_quant_avx512vbmi();
 
 }  // namespace fusekit
 

@@ -39,20 +39,14 @@ int64_t rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   int64_t k = begin;
   while (k < end) {
     const uint64_t row = a.entries[k] >> 32;
-    int64_t next = k + 1;
-    while (next < end && (a.entries[next] >> 32) == row) ++next;
+    const int64_t next = laq_group_end(a, k, end);
     if (row >= a.row_limit) {  // padding
       k = next;
       continue;
     }
     sum_gradient<G>(a, k, next, s.g);
     k = next;
-    const auto r = static_cast<int64_t>(row);
-    T *var = static_cast<T *>(a.var) + r * a.var_stride;
-    uint8_t *mc = a.m + r * a.m_stride;
-    uint8_t *vc = a.v + r * a.v_stride;
-    float *absmax_m = a.absmax_m + r * a.absmax_m_stride;
-    float *absmax_v = a.absmax_v + r * a.absmax_v_stride;
+    const auto [var, mc, vc, absmax_m, absmax_v] = laq_row<T>(a, static_cast<int64_t>(row));
     // Dequantize, update, check; nothing is stored yet.
     bool finite = true;
     for (int64_t j = 0; j < D; ++j) {

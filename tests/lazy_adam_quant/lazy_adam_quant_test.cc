@@ -336,7 +336,8 @@ TEST(LazyAdamQuantImplementations, ListEndsWithTheReferenceAndVbmiRunsWhereTheCp
   EXPECT_TRUE(supported("cpu_reference"));
   if (fusekit::avx512vbmi_cpu_why_not() == nullptr) {
     // This CPU has VBMI: the build must have the kernel, and plans must pick it.
-    EXPECT_TRUE(supported("cpu_avx512vbmi")) << fusekit::lazy_adam_quant_avx512vbmi_why_not();
+    EXPECT_TRUE(supported("cpu_avx512vbmi"))
+        << fusekit::avx512vbmi_why_not(fusekit::lazy_adam_quant_avx512vbmi());
     Case c = make_case(2, {4, 2, 8});
     LazyAdamQuant plan;
     ASSERT_TRUE(LazyAdamQuant::plan(c.tensors(), {}, &plan).ok());
