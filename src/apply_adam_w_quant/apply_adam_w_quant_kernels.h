@@ -31,7 +31,7 @@ struct AdamWQuantArgs : AdamScalars {
   DType dtype;
   QuantMapTables map_m, map_v;
   // Tables a kernel derives from map_m and map_v once per run (the AVX-512 VBMI kernel's register
-  // tables: adam_w_quant_prepare_avx512vbmi), or null: the kernel derives them on each call.
+  // tables: adam_w_quant_avx512vbmi().prepare), or null: the kernel derives them on each call.
   const void *prepared = nullptr;
 };
 

@@ -8,7 +8,7 @@
 //           once), then the groups put back in batch order, each at the position of its first
 //           occurrence, padding last (outside [0, end));
 //   update  the grouped entries cut into chunks at row boundaries (each chunk owns whole rows),
-//           claimed by the threads (for_each_row_chunk).
+//           claimed by the threads (update_row_chunks).
 // Without duplicates the entries stay in batch order, padding among them (the kernels skip row R):
 // the gradient is then read sequentially and the table rows are prefetched ahead.
 #ifndef FUSEKIT_COMMON_ROW_GROUPS_H_
