@@ -30,6 +30,7 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
+  float *const m_state = a.m, *const v_state = a.v;  // locals: stores cannot be taken for `a`
   const AdamVectors<decltype(df)> adam(df, a);
   // |x| < limit is false for NaN, for Inf and, for var, for what its dtype would store as Inf.
   const auto inf = hn::Set(df, std::numeric_limits<float>::infinity());
@@ -37,7 +38,7 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
   int64_t skipped = 0;
   int64_t i = begin;
   for (; i + N <= end; i += N) {
-    auto m = hn::LoadU(df, a.m + i), v = hn::LoadU(df, a.v + i);
+    auto m = hn::LoadU(df, m_state + i), v = hn::LoadU(df, v_state + i);
     const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
     const auto ok = hn::And(hn::And(hn::Lt(hn::Abs(m), inf), hn::Lt(hn::Abs(v), inf)),
                             hn::Lt(hn::Abs(w), var_limit));
@@ -46,8 +47,8 @@ int64_t Elements(const AdamWArgs &a, int64_t begin, int64_t end) {
       continue;
     }
     StoreNarrow(df, w, var + i);
-    hn::StoreU(m, df, a.m + i);
-    hn::StoreU(v, df, a.v + i);
+    hn::StoreU(m, df, m_state + i);
+    hn::StoreU(v, df, v_state + i);
   }
   return skipped + adam_w_elements_reference(a, i, end);
 }
