@@ -23,6 +23,16 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 FUSEKIT_API void *allocate_host(size_t bytes, bool huge_pages);
 FUSEKIT_API void free_host(void *p);
 
+// Asks the kernel to back the whole 2 MiB pages inside [p, p + bytes) with huge pages where the
+// memory already is: MADV_HUGEPAGE, then MADV_COLLAPSE (Linux 6.1+), which replaces the small
+// pages by huge ones in place. The addresses and the contents stay: memory that other code holds
+// pointers to (a parameter FSDP or DeepSpeed keeps references to) can be advised safely. Returns
+// the bytes of the range that are whole huge pages (advised); 0 when none is inside it, or madvise
+// is refused (not Linux, or "never" in transparent_hugepage/enabled for MADV_HUGEPAGE). Where
+// MADV_COLLAPSE is missing (kernels before 6.1) only the advice is given: khugepaged collapses the
+// pages later, at its own pace.
+FUSEKIT_API size_t advise_huge_pages_in_place(void *p, size_t bytes);
+
 // How many bytes of [p, p + bytes) the kernel backs with huge pages right now (the AnonHugePages
 // of /proc/self/smaps over the mappings the range touches, clipped to the range); -1 when that
 // cannot be read (not Linux, no /proc).

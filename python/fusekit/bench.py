@@ -9,7 +9,7 @@ Sections (``--only`` picks some; all by default, ``omp`` not in ``--quick``):
 
 - ``lazy_adam``: one SparseAdam step on an ``nn.Embedding``-like table, 2,000,000 x 32 float32,
   sparse gradient over 564,096 unique random rows: ``torch.optim.SparseAdam`` against
-  ``fusekit.torch.SparseAdam`` (which moves the table to huge pages), the raw
+  ``fusekit.torch.SparseAdam`` (which gives the table huge pages in place), the raw
   :func:`fusekit.lazy_adam` on torch's 4 KiB-page tensors and on huge pages, and torch's fused
   dense Adam over the whole table with a dense gradient.
 - ``adam8bit``: one AdamW step on 64M float32 parameters: ``torch.optim.AdamW`` (foreach, fused),
@@ -373,7 +373,7 @@ def bench_lazy_adam(rec: Recorder, cfg) -> None:
     opt = torch.optim.SparseAdam([p], lr=1e-3)
     keep.append((p, opt))
     impls.append(Impl("torch.optim.SparseAdam", opt.step, metrics=gbps))
-    # fusekit.torch.SparseAdam (moves the table to huge pages on its first step).
+    # fusekit.torch.SparseAdam (gives the table huge pages in place on its first step).
     SparseAdam, why = _fusekit_torch("SparseAdam")
     fk_param = None
     if SparseAdam is not None:

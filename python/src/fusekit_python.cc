@@ -742,5 +742,12 @@ NB_MODULE(_fusekit, mod) {
         return huge_page_backed_bytes(reinterpret_cast<const void *>(address), nbytes);
       },
       "address"_a, "nbytes"_a);
+  mod.def(
+      "advise_huge_pages_in_place",
+      [](uintptr_t address, size_t nbytes) {
+        nb::gil_scoped_release release;  // collapsing copies the pages: it takes a while
+        return advise_huge_pages_in_place(reinterpret_cast<void *>(address), nbytes);
+      },
+      "address"_a, "nbytes"_a);
   mod.attr("HUGE_PAGE_BYTES") = kHugePageBytes;
 }

@@ -1,6 +1,7 @@
 // fusekit: host allocations for tables and states (fusekit/memory.h).
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,25 @@ void *allocate_host(size_t bytes, bool huge_pages) {
 
 void free_host(void *p) {
   std::free(p);
+}
+
+size_t advise_huge_pages_in_place(void *p, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  if (p == nullptr || bytes < kHugePageBytes || begin > UINTPTR_MAX - bytes) return 0;
+  const uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t last = (begin + bytes) / kHugePageBytes * kHugePageBytes;
+  if (last <= first) return 0;
+  const size_t len = last - first;
+#ifdef MADV_HUGEPAGE
+  if (madvise(reinterpret_cast<void *>(first), len, MADV_HUGEPAGE) != 0) return 0;
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1; older kernels refuse it (EINVAL): the advice stays
+#endif
+  madvise(reinterpret_cast<void *>(first), len, MADV_COLLAPSE);
+  return len;
+#else
+  return 0;
+#endif
 }
 
 int64_t huge_page_backed_bytes(const void *p, size_t bytes) {

@@ -356,6 +356,29 @@ def test_empty_host_is_aligned_and_hugepage_advised():
     assert small.nbytes == 100 and small.ctypes.data % 64 == 0
 
 
+def test_advise_hugepages_in_place_keeps_address_and_values():
+    """fusekit.torch.advise_hugepages on a torch tensor: the whole 2 MiB pages inside its memory
+    (computed here from its address) are advised ("hg" in every mapping over them), and neither its
+    address nor a value changes (collapsing into huge pages, where the kernel does it, is in
+    place)."""
+    torch = pytest.importorskip("torch")
+    ft = pytest.importorskip("fusekit.torch")
+    t = torch.arange(3 << 20, dtype=torch.float32)  # 12 MiB from torch's allocator
+    before, ptr = t.clone(), t.data_ptr()
+    nbytes = t.untyped_storage().nbytes()
+    huge = 2 << 20
+    first = (ptr + huge - 1) // huge * huge
+    last = (ptr + nbytes) // huge * huge
+    got = ft.advise_hugepages(t)
+    assert t.data_ptr() == ptr and torch.equal(t, before)
+    if not os.path.isdir("/sys/kernel/mm/transparent_hugepage"):
+        return
+    assert got == last - first > 0
+    for start, end, fields in mappings(first, last):
+        assert "hg" in fields["VmFlags"].split(), (hex(start), hex(end), fields["VmFlags"])
+    assert ft.advise_hugepages(torch.zeros(10)) == 0  # under 2 MiB: nothing to advise
+
+
 # ---- torch tensors through the array functions --------------------------------------------------
 def test_torch_tensors_no_copy():
     torch = pytest.importorskip("torch")

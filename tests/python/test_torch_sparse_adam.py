@@ -528,15 +528,30 @@ def test_nonfinite_row_left_unchanged_others_updated():
 
 
 # ---- huge pages ----------------------------------------------------------------------------------
+
+def collapse_expected() -> bool:
+    """Whether this machine can back memory with huge pages in place: transparent huge pages not
+    "never" and a kernel with MADV_COLLAPSE (Linux 6.1)."""
+    import platform
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[never]" in f.read():
+                return False
+    except OSError:
+        return False
+    major, minor = (int(x) for x in platform.release().split(".")[:2])
+    return (major, minor) >= (6, 1)
+
+
 @pytest.mark.parametrize("hugepages", [True, False])
-def test_big_param_moves_to_huge_pages(hugepages):
+def test_big_param_gets_huge_pages_in_place(hugepages):
     rows, dim = 65536, 16  # 4 MiB
     torch.manual_seed(SEED + 16)
     m = nn.Embedding(rows, dim, sparse=True)
     small = nn.Embedding(100, 4, sparse=True)  # under 2 MiB: never moved
     ref = copy.deepcopy(m)
     param, ptr, small_ptr = m.weight, m.weight.data_ptr(), small.weight.data_ptr()
-    assert ptr % HUGE_PAGE_BYTES != 0  # torch's allocation: a move is needed and visible
+    assert ptr % HUGE_PAGE_BYTES != 0  # torch's allocation, not fusekit's
     opt = ft.SparseAdam(list(m.parameters()) + list(small.parameters()), lr=0.01,
                         hugepages=hugepages)
     theirs = torch.optim.SparseAdam(ref.parameters(), lr=0.01)
@@ -549,18 +564,20 @@ def test_big_param_moves_to_huge_pages(hugepages):
         o.step()
     assert m.weight is param and opt.param_groups[0]["params"][0] is param
     assert small.weight.data_ptr() == small_ptr
+    # The parameter's storage never moves (FSDP, DDP and pinned copies may hold it): huge pages
+    # come to it in place; the moments are the optimizer's own, allocated on huge pages.
+    assert param.data_ptr() == ptr
     if hugepages:
-        assert param.data_ptr() % HUGE_PAGE_BYTES == 0 and param.data_ptr() != ptr
         for key in ("exp_avg", "exp_avg_sq"):
             assert opt.state[param][key].data_ptr() % HUGE_PAGE_BYTES == 0
-    else:
-        assert param.data_ptr() == ptr
-    # The module computes with the moved storage, and the values moved with it.
+        if collapse_expected():  # one of the two 2 MiB pages inside an unaligned 4 MiB table
+            assert ft.hugepage_backed_fraction(param.data) >= 0.45
+    # The module computes with the stepped storage.
     out = m(x)
     assert torch.equal(out, nn.functional.embedding(x, param))
     torch.testing.assert_close(param.detach(), ref.weight.detach(), rtol=1e-5,
                                atol=param_atol(1, 0.01))
-    # A second step trains on the same (moved) memory: no second move.
+    # A second step trains on the same memory.
     ptr1, before = param.data_ptr(), param.detach().clone()
     opt.zero_grad()
     m(x).sum().backward()

@@ -32,6 +32,7 @@ _WHERE = {
     "empty_hugepage": "_memory",
     "zeros_hugepage": "_memory",
     "to_hugepages": "_memory",
+    "advise_hugepages": "_memory",
     "hugepage_backed_fraction": "_memory",
 }
 
@@ -68,5 +69,6 @@ __all__ = [
     "empty_hugepage",
     "zeros_hugepage",
     "to_hugepages",
+    "advise_hugepages",
     "hugepage_backed_fraction",
 ]

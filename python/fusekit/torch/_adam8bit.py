@@ -23,7 +23,7 @@ import torch
 
 import fusekit
 
-from ._memory import HUGE_PAGE_BYTES, to_hugepages, zeros_hugepage
+from ._memory import HUGE_PAGE_BYTES, advise_hugepages, zeros_hugepage
 from ._plans import PlanCache
 
 __all__ = ["AdamW8bit", "Adam8bit"]
@@ -95,6 +95,7 @@ class _Adam8bitBase(torch.optim.Optimizer):
         self.last_step_skipped_elements = 0
         super().__init__(params, defaults)
         self._plans = PlanCache()  # each parameter's plan, made on its first step
+        self._advised = set()  # ids of the parameters advised for huge pages
 
     # ---- groups ---------------------------------------------------------------------------------
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
@@ -135,15 +136,11 @@ class _Adam8bitBase(torch.optim.Optimizer):
         return torch.zeros(tuple(shape), dtype=dtype)
 
     def _maybe_move_param(self, p: torch.Tensor) -> None:
-        """Moves a parameter of at least 2 MiB that is the whole of its own contiguous storage to
-        huge-page memory, once (``p.data = copy``; the Parameter object stays)."""
-        if not self.hugepages or not p.is_contiguous() or p.storage_offset() != 0:
-            return
-        if p.untyped_storage().nbytes() != p.numel() * p.element_size():
-            return  # a view into a larger buffer (a flat parameter): moving it would split it
-        moved = to_hugepages(p.data)
-        if moved is not p.data:
-            p.data = moved
+        """Backs a parameter of at least 2 MiB with huge pages where it is, once
+        (:func:`advise_hugepages`): its storage never moves (FSDP and DeepSpeed hold it)."""
+        if self.hugepages and id(p) not in self._advised:
+            self._advised.add(id(p))
+            advise_hugepages(p.data)
 
     def _uses_8bit(self, p: torch.Tensor) -> bool:
         return self.optim_bits == 8 and p.numel() >= self.min_8bit_size

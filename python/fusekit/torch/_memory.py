@@ -6,9 +6,14 @@ the seed shape takes about twice as long. fusekit's optimizers therefore
 
 - allocate the state they own (moments, codes, absmax) with :func:`empty_hugepage`: memory from
   fusekit's host allocator, 2 MiB-aligned and advised with ``MADV_HUGEPAGE`` before it is touched;
-- move a parameter's storage once, when the optimizer first sees it, with :func:`to_hugepages`
-  (``param.data = copy on huge pages``): the Parameter object, and so the module that holds it,
-  is unchanged; only tensors of at least 2 MiB move.
+- advise a parameter's memory where it is, once, when the optimizer first sees it, with
+  :func:`advise_hugepages` (``MADV_HUGEPAGE``, then ``MADV_COLLAPSE``: the kernel replaces the
+  small pages under the tensor by huge ones in place). The storage is never replaced: FSDP,
+  DeepSpeed and pinned host copies keep references to a parameter's memory, and an optimizer that
+  moved it (``param.data = copy``) would step a copy nobody reads.
+
+:func:`to_hugepages` (a copy on huge-page memory) stays for a user who owns the tensor and knows
+that nothing else holds its memory.
 
 What a user gets under each ``/sys/kernel/mm/transparent_hugepage/enabled`` mode is in
 docs/python.md ("Memory pages").
@@ -64,6 +69,20 @@ def to_hugepages(t: torch.Tensor) -> torch.Tensor:
     out = empty_hugepage(t.shape, t.dtype)
     out.copy_(t)
     return out
+
+
+def advise_hugepages(t: torch.Tensor) -> int:
+    """Asks the kernel to back the whole 2 MiB pages of ``t``'s memory with huge pages where it is
+    (``fusekit.memory``'s ``advise_huge_pages_in_place``: ``MADV_HUGEPAGE``, then
+    ``MADV_COLLAPSE`` on Linux 6.1+, which copies the pages into huge ones without changing their
+    addresses). Nothing moves: safe for a parameter that other code holds. Returns the bytes
+    advised (0 for a tensor under 2 MiB, not on the CPU, or where madvise is refused)."""
+    if t.device.type != "cpu" or t.layout != torch.strided or t.numel() == 0:
+        return 0
+    storage = t.untyped_storage()
+    if storage.nbytes() < HUGE_PAGE_BYTES:
+        return 0
+    return int(_fusekit.advise_huge_pages_in_place(storage.data_ptr(), storage.nbytes()))
 
 
 def hugepage_backed_fraction(t: torch.Tensor) -> float:

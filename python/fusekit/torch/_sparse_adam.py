@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 
 import fusekit
 
-from ._memory import empty_hugepage, to_hugepages, zeros_hugepage
+from ._memory import advise_hugepages, empty_hugepage, zeros_hugepage
 from ._plans import PlanCache
 
 __all__ = ["SparseAdam", "LazyAdam", "SparseAdamStats"]
@@ -84,9 +84,9 @@ class SparseAdam(Optimizer):
         betas (tuple[float, float]): (beta1, beta2), default (0.9, 0.999).
         eps (float): added to ``sqrt(v)`` (default 1e-8).
         maximize (bool): maximize the objective (default False).
-        hugepages (bool, keyword only): move each parameter of at least 2 MiB onto huge-page
-            memory the first time it is stepped (``p.data = to_hugepages(p.data)``: the Parameter
-            object stays the same) and keep the moments there (default True).
+        hugepages (bool, keyword only): back each parameter of at least 2 MiB with huge pages the
+            first time it is stepped, in place (``fusekit.torch.advise_hugepages``: its storage
+            never moves), and allocate the moments on huge pages (default True).
 
     The update per row is ``torch.optim.SparseAdam``'s, with the bias correction folded into the
     rate as torch does (``lr * sqrt(1 - beta2**t) / (1 - beta1**t)``, in Python double); the
@@ -328,7 +328,7 @@ class SparseAdam(Optimizer):
             for w in work:
                 p = w.param
                 if self._hugepages and id(p) not in self._homed:
-                    p.data = to_hugepages(p.data)  # same Parameter; its storage moves once
+                    advise_hugepages(p.data)  # in place: the storage never moves
                     self._homed.add(id(p))
                 state = self.state[p]
                 if len(state) == 0:

@@ -341,7 +341,7 @@ class SparseAdam8bit(SparseAdam):
     _OPT_NAME = _NAME
 
     def _needs_index_precheck(self, todo) -> bool:
-        # SparseAdam's rule, and also before a parameter's storage moves to huge pages.
+        # SparseAdam's rule, and also before a parameter is first advised for huge pages.
         return super()._needs_index_precheck(todo) or any(
             self._hugepages and id(w.param) not in self._homed for w in todo)
 
