@@ -1,7 +1,9 @@
 """pytest setup: the repository root on sys.path, so the tests can use golden/ (the NumPy
 references written from the specs) as their oracles; `runnable_implementations`, the parameters
-of the tests that run each implementation."""
+of the tests that run each implementation; `collapse_expected`, whether huge pages can come to
+memory in place here."""
 import pathlib
+import platform
 import sys
 
 import pytest
@@ -39,3 +41,16 @@ def runnable_implementations(names):
             if lacking else ()
         out.append(pytest.param(name, marks=marks, id=name))
     return out
+
+
+def collapse_expected() -> bool:
+    """Whether this machine can back memory with huge pages in place: transparent huge pages not
+    "never" and a kernel with MADV_COLLAPSE (Linux 6.1)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[never]" in f.read():
+                return False
+    except OSError:
+        return False
+    major, minor = (int(x) for x in platform.release().split(".")[:2])
+    return (major, minor) >= (6, 1)

@@ -29,6 +29,7 @@ import torch
 import fusekit
 import fusekit.torch as ft
 from fusekit.torch import Adam8bit, AdamW8bit
+from conftest import collapse_expected
 from golden.apply_adam_w_quant import create_dynamic_map as golden_map
 from golden.apply_adam_w_quant import golden_step, narrow, widen  # widen/narrow: dtype storage
 
@@ -664,19 +665,6 @@ def test_state_bytes_per_parameter():
     maps = {id(opt.state[p][k]) for p in params[:3] for k in ("qmap1", "qmap2")}
     assert len(maps) == 2  # one signed and one unsigned map for all: 2 KiB in all
 
-
-def collapse_expected() -> bool:
-    """Whether this machine can back memory with huge pages in place: transparent huge pages not
-    "never" and a kernel with MADV_COLLAPSE (Linux 6.1)."""
-    import platform
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            if "[never]" in f.read():
-                return False
-    except OSError:
-        return False
-    major, minor = (int(x) for x in platform.release().split(".")[:2])
-    return (major, minor) >= (6, 1)
 
 
 def test_hugepage_state_and_parameters():

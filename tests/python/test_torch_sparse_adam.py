@@ -29,6 +29,7 @@ from torch import nn
 import fusekit
 import fusekit.torch as ft
 from fusekit.torch._memory import HUGE_PAGE_BYTES
+from conftest import collapse_expected
 
 SEED = 20261207
 B1, B2 = 0.9, 0.999
@@ -528,19 +529,6 @@ def test_nonfinite_row_left_unchanged_others_updated():
 
 
 # ---- huge pages ----------------------------------------------------------------------------------
-
-def collapse_expected() -> bool:
-    """Whether this machine can back memory with huge pages in place: transparent huge pages not
-    "never" and a kernel with MADV_COLLAPSE (Linux 6.1)."""
-    import platform
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            if "[never]" in f.read():
-                return False
-    except OSError:
-        return False
-    major, minor = (int(x) for x in platform.release().split(".")[:2])
-    return (major, minor) >= (6, 1)
 
 
 @pytest.mark.parametrize("hugepages", [True, False])

@@ -109,18 +109,7 @@ class _Adam8bitBase(torch.optim.Optimizer):
                             "a list instead.")
         else:
             params = list(params)
-        for i, p in enumerate(params):
-            if not isinstance(p, torch.Tensor):
-                continue  # torch's own check below says what is wrong
-            if p.device.type != "cpu":
-                raise ValueError(f"{name}: parameter {i} of the group is on {p.device}; fusekit "
-                                 "steps CPU tensors")
-            if p.layout != torch.strided:
-                raise ValueError(f"{name}: parameter {i} of the group has layout {p.layout}; "
-                                 "only dense (strided) parameters are supported")
-            if p.dtype not in _DTYPES:
-                raise ValueError(f"{name}: parameter {i} of the group has dtype {p.dtype}; "
-                                 "fusekit steps float32, float16 and bfloat16 parameters")
+        _check_dense_params(name, params)
         merged = dict(self.defaults)
         merged.update({k: v for k, v in param_group.items() if k != "params"})
         _check_hparams(name, merged)
@@ -182,19 +171,7 @@ class _Adam8bitBase(torch.optim.Optimizer):
                     continue
                 if hp is None:
                     hp = _check_hparams(name, group, where=f"param group {gi}")
-                where = f"parameter {pi} of param group {gi}"
-                if g.is_sparse or g.layout != torch.strided:
-                    raise ValueError(f"{name}: {where} has a sparse gradient ({g.layout}); "
-                                     f"{name} steps dense gradients (use fusekit.torch."
-                                     "SparseAdam for sparse ones)")
-                if g.dtype != p.dtype and not g.is_floating_point():
-                    raise ValueError(f"{name}: the gradient of {where} has dtype {g.dtype}; a "
-                                     "floating-point gradient is needed")
-                if g.device.type != "cpu":
-                    raise ValueError(f"{name}: the gradient of {where} is on {g.device}")
-                if g.shape != p.shape:
-                    raise ValueError(f"{name}: the gradient of {where} has shape "
-                                     f"{tuple(g.shape)}, the parameter {tuple(p.shape)}")
+                _check_dense_grad(name, f"parameter {pi} of param group {gi}", p, g)
                 work.append((p, hp))
 
         skipped: Dict[torch.Tensor, int] = {}
@@ -360,6 +337,38 @@ class _Adam8bitBase(torch.optim.Optimizer):
 
 def _key(t: torch.Tensor) -> bytes:
     return t.detach().cpu().contiguous().view(torch.int32).numpy().tobytes()
+
+
+def _check_dense_params(name, params) -> None:
+    """The parameters of a group for a dense optimizer: CPU, strided, a float dtype fusekit steps
+    (non-tensors are left to torch's own checks)."""
+    for i, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            continue
+        if p.device.type != "cpu":
+            raise ValueError(f"{name}: parameter {i} of the group is on {p.device}; fusekit "
+                             "steps CPU tensors")
+        if p.layout != torch.strided:
+            raise ValueError(f"{name}: parameter {i} of the group has layout {p.layout}; "
+                             "only dense (strided) parameters are supported")
+        if p.dtype not in _DTYPES:
+            raise ValueError(f"{name}: parameter {i} of the group has dtype {p.dtype}; "
+                             "fusekit steps float32, float16 and bfloat16 parameters")
+
+
+def _check_dense_grad(name, where, p, g) -> None:
+    """A dense optimizer's gradient: strided, floating-point, on the CPU, the parameter's shape."""
+    if g.is_sparse or g.layout != torch.strided:
+        raise ValueError(f"{name}: {where} has a sparse gradient ({g.layout}); {name} steps "
+                         "dense gradients (use fusekit.torch.SparseAdam for sparse ones)")
+    if not g.is_floating_point():
+        raise ValueError(f"{name}: the gradient of {where} has dtype {g.dtype}; a "
+                         "floating-point gradient is needed")
+    if g.device.type != "cpu":
+        raise ValueError(f"{name}: the gradient of {where} is on {g.device}")
+    if g.shape != p.shape:
+        raise ValueError(f"{name}: the gradient of {where} has shape {tuple(g.shape)}, the "
+                         f"parameter {tuple(p.shape)}")
 
 
 def _check_hparams(name, group, where="") -> Dict[str, float]:

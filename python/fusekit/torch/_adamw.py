@@ -29,13 +29,12 @@ import torch
 
 import fusekit
 
-from ._adam8bit import _check_hparams
+from ._adam8bit import _check_dense_grad, _check_dense_params, _check_hparams
 from ._memory import HUGE_PAGE_BYTES, zeros_hugepage
 from ._plans import PlanCache
 
 __all__ = ["AdamW", "Adam"]
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MOMENTS = ("exp_avg", "exp_avg_sq")
 
 try:  # torch built without distributed support has no DTensor
@@ -91,18 +90,7 @@ class _AdamBase(torch.optim.Optimizer):
                             "the ordering of tensors in sets will change between runs. Please use "
                             "a list instead.")
         params = list(params)
-        for i, p in enumerate(params):
-            if not isinstance(p, torch.Tensor):
-                continue  # named parameters and non-tensors: torch's own checks say what is wrong
-            if p.device.type != "cpu":
-                raise ValueError(f"{name}: parameter {i} of the group is on {p.device}; fusekit "
-                                 "steps CPU tensors (offload the optimizer step to the CPU)")
-            if p.layout != torch.strided:
-                raise ValueError(f"{name}: parameter {i} of the group has layout {p.layout}; "
-                                 "only dense (strided) parameters are supported")
-            if p.dtype not in _DTYPES:
-                raise ValueError(f"{name}: parameter {i} of the group has dtype {p.dtype}; "
-                                 "fusekit steps float32, float16 and bfloat16 parameters")
+        _check_dense_params(name, params)
         merged = dict(self.defaults)
         merged.update({k: v for k, v in param_group.items() if k != "params"})
         _check_hparams(name, merged)
@@ -203,16 +191,11 @@ class _AdamBase(torch.optim.Optimizer):
                             raise ValueError(f"{name}: {key}=True (param group {gi}) is not "
                                              "supported")
                 where = f"parameter {pi} of param group {gi}"
-                if g.is_sparse or g.layout != torch.strided:
-                    raise ValueError(f"{name}: {where} has a sparse gradient ({g.layout}); use "
-                                     "fusekit.torch.SparseAdam for sparse gradients")
-                if not g.is_floating_point():
-                    raise ValueError(f"{name}: the gradient of {where} has dtype {g.dtype}")
-                if g.device.type != "cpu":
-                    raise ValueError(f"{name}: the gradient of {where} is on {g.device}")
-                if g.shape != p.shape or _is_dtensor(g) != _is_dtensor(p):
-                    raise ValueError(f"{name}: the gradient of {where} has shape "
-                                     f"{tuple(g.shape)}, the parameter {tuple(p.shape)}")
+                _check_dense_grad(name, where, p, g)
+                if _is_dtensor(g) != _is_dtensor(p):
+                    raise ValueError(f"{name}: the gradient of {where} is "
+                                     f"{'' if _is_dtensor(g) else 'not '}a DTensor and the "
+                                     "parameter is the other way")
                 decoupled = bool(group.get("decoupled_weight_decay", self._DECOUPLED))
                 work.append((p, hp, bool(group.get("maximize", False)), decoupled))
 
