@@ -2,7 +2,9 @@
 without CPUOffloadPolicy, against torch.optim.AdamW in the same setting (the peer a user
 replaces): the losses of 20 steps within 1% of torch's, torch's run must learn, the parameters
 close to float32 rounding, the state sharded as DTensors (each rank holds half of it), and the
-parameters' storage never replaced (tests/integration/fsdp2_train.py)."""
+parameters' storage never replaced (tests/integration/fsdp2_train.py); and a save through
+torch.distributed.checkpoint, restart and resume equal bit for bit to the uninterrupted run
+(tests/integration/fsdp2_dcp.py)."""
 import os
 import pathlib
 import socket
@@ -24,15 +26,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(which, offload, out):
+def ranks(script, *args):
+    """Runs `script args` as 2 gloo ranks on loopback; each must exit 0."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
                OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), which, str(int(offload)), str(out)],
+    procs = [subprocess.Popen([sys.executable, str(script), *map(str, args)],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(2)]
     for p in procs:
         text, _ = p.communicate(timeout=300)
         assert p.returncode == 0, text
+
+
+def run(which, offload, out):
+    ranks(SCRIPT, which, int(offload), out)
     return torch.load(out, weights_only=True)
 
 
@@ -49,3 +56,16 @@ def test_fsdp2_adamw_matches_torch(tmp_path, offload):
     assert ours["state_is_dtensor"] and ours["storage_kept"]
     # Each rank's state is its shard: half the parameters (rows split over 2 ranks).
     assert ours["state_local_numel"] * 2 == ours["param_numel"]
+
+
+def test_dcp_save_restart_resume_is_bitwise_the_uninterrupted_run(tmp_path):
+    """12 steps straight, against 7 steps, torch.distributed.checkpoint save (the optimizer's
+    DTensor state: every rank's shard), new processes, load, 5 more steps: the same bits."""
+    script = pathlib.Path(__file__).parent / "fsdp2_dcp.py"
+    ranks(script, "run", 12, tmp_path / "straight.pt")
+    ranks(script, "save", 7, tmp_path / "ckpt")
+    ranks(script, "resume", 5, tmp_path / "ckpt", tmp_path / "resumed.pt")
+    straight = torch.load(tmp_path / "straight.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed.pt", weights_only=True)
+    for name, w in straight.items():
+        assert torch.equal(w, resumed[name]), name
