@@ -157,22 +157,8 @@ class _Adam8bitBase(torch.optim.Optimizer):
         """One step of every parameter that has a gradient. Everything is checked first (each
         group's hyperparameters, each gradient's layout, dtype, device and shape): a refusal raises
         ValueError before any parameter or state is modified."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        name = self._NAME
-        work = []
-        for gi, group in enumerate(self.param_groups):
-            hp = None
-            for pi, p in enumerate(group["params"]):
-                g = p.grad
-                if g is None:
-                    continue
-                if hp is None:
-                    hp = _check_hparams(name, group, where=f"param group {gi}")
-                _check_dense_grad(name, f"parameter {pi} of param group {gi}", p, g)
-                work.append((p, hp))
+        loss = _run_closure(closure)
+        work = [(p, hp) for p, hp, _ in _dense_work(self._NAME, self.param_groups)]
 
         skipped: Dict[torch.Tensor, int] = {}
         blocks_skipped = elements_skipped = 0
@@ -354,6 +340,34 @@ def _check_dense_params(name, params) -> None:
         if p.dtype not in _DTYPES:
             raise ValueError(f"{name}: parameter {i} of the group has dtype {p.dtype}; "
                              "fusekit steps float32, float16 and bfloat16 parameters")
+
+
+def _run_closure(closure):
+    """torch's closure convention: called with grad enabled, its loss returned by step()."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
+def _dense_work(name, param_groups, check_group=None):
+    """The (parameter, hyperparameters, group) of every parameter with a gradient, everything
+    checked before any step: each group's hyperparameters (and ``check_group(group, where)``),
+    each gradient (:func:`_check_dense_grad`)."""
+    work = []
+    for gi, group in enumerate(param_groups):
+        hp = None
+        for pi, p in enumerate(group["params"]):
+            g = p.grad
+            if g is None:
+                continue
+            if hp is None:
+                hp = _check_hparams(name, group, where=f"param group {gi}")
+                if check_group is not None:
+                    check_group(group, f"param group {gi}")
+            _check_dense_grad(name, f"parameter {pi} of param group {gi}", p, g)
+            work.append((p, hp, group))
+    return work
 
 
 def _check_dense_grad(name, where, p, g) -> None:

@@ -29,7 +29,7 @@ import torch
 
 import fusekit
 
-from ._adam8bit import _check_dense_grad, _check_dense_params, _check_hparams
+from ._adam8bit import _check_dense_params, _check_hparams, _dense_work, _run_closure
 from ._memory import HUGE_PAGE_BYTES, zeros_hugepage
 from ._plans import PlanCache
 
@@ -172,32 +172,21 @@ class _AdamBase(torch.optim.Optimizer):
     def step(self, closure=None):
         """One step of every parameter that has a gradient. Every group's hyperparameters and every
         gradient are checked first: a refusal raises ValueError before anything is modified."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _run_closure(closure)
         name = self._NAME
+
+        def check_group(group, where):
+            for key in ("amsgrad", "capturable", "differentiable"):
+                if group.get(key):
+                    raise ValueError(f"{name}: {key}=True ({where}) is not supported")
+
         work = []
-        for gi, group in enumerate(self.param_groups):
-            hp = None
-            for pi, p in enumerate(group["params"]):
-                g = p.grad
-                if g is None:
-                    continue
-                if hp is None:
-                    hp = _check_hparams(name, group, where=f"param group {gi}")
-                    for key in ("amsgrad", "capturable", "differentiable"):
-                        if group.get(key):
-                            raise ValueError(f"{name}: {key}=True (param group {gi}) is not "
-                                             "supported")
-                where = f"parameter {pi} of param group {gi}"
-                _check_dense_grad(name, where, p, g)
-                if _is_dtensor(g) != _is_dtensor(p):
-                    raise ValueError(f"{name}: the gradient of {where} is "
-                                     f"{'' if _is_dtensor(g) else 'not '}a DTensor and the "
-                                     "parameter is the other way")
-                decoupled = bool(group.get("decoupled_weight_decay", self._DECOUPLED))
-                work.append((p, hp, bool(group.get("maximize", False)), decoupled))
+        for p, hp, group in _dense_work(name, self.param_groups, check_group):
+            if _is_dtensor(p.grad) != _is_dtensor(p):
+                raise ValueError(f"{name}: a gradient is {'' if _is_dtensor(p.grad) else 'not '}"
+                                 "a DTensor and its parameter is the other way")
+            decoupled = bool(group.get("decoupled_weight_decay", self._DECOUPLED))
+            work.append((p, hp, bool(group.get("maximize", False)), decoupled))
 
         skipped: Dict[torch.Tensor, int] = {}
         total = 0

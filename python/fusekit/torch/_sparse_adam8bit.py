@@ -62,8 +62,8 @@ class SparseAdam8bit(SparseAdam):
             least one dimension) keeps 8-bit state; a smaller one float32 state (default 4096, as
             bitsandbytes).
         hugepages (bool, keyword only): as :class:`fusekit.torch.SparseAdam`: a parameter of at
-            least 2 MiB moved once onto huge-page memory at its first step, the state allocated
-            there (default True).
+            least 2 MiB given huge pages in place at its first step (its storage never moves), the
+            state allocated on huge-page memory (default True).
 
     Parameters: dense CPU tensors with sparse COO gradients (``nn.Embedding(sparse=True)``,
     ``nn.EmbeddingBag(sparse=True)``), coalesced or not. 8-bit tables may be float32, bfloat16 or
