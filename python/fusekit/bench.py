@@ -1,6 +1,6 @@
 """fusekit against the peers a PyTorch user would pick, in one run, on the C++ benchmarks' shapes.
 
-    python -m fusekit.bench [--quick] [--only lazy_adam,adam8bit,lora,overhead,omp]
+    python -m fusekit.bench [--quick] [--only lazy_adam,adam8bit,offload,lora,overhead,omp]
                             [--repeats N] [--plot PATH] [--json PATH] [--no-plot]
                             [--omp-wait-policy inherit|passive|active|unset] [--threads N]
     python -m fusekit.bench --from-json PATH [--plot PATH]   # table and chart of a saved run
@@ -15,6 +15,13 @@ Sections (``--only`` picks some; all by default, ``omp`` not in ``--quick``):
 - ``adam8bit``: one AdamW step on 64M float32 parameters: ``torch.optim.AdamW`` (foreach, fused),
   bitsandbytes' and torchao's ``AdamW8bit`` on the CPU (skipped, with the reason, where they do
   not run), ``fusekit.torch.AdamW8bit`` and the raw :func:`fusekit.apply_adam_w_quant`.
+- ``offload``: one AdamW step of offloaded training (FSDP2's ``CPUOffloadPolicy``, DeepSpeed
+  ZeRO-Offload) on 64M and 512M float32 parameters (512M where ~16 GiB is free):
+  ``fusekit.torch.AdamW`` and ``AdamW8bit`` against ``torch.optim.AdamW`` (fused, foreach) and
+  ``DeepSpeedCPUAdam`` (when deepspeed is importable: the environment of
+  requirements/deepspeed.txt; it compiles its op once), on plain tensors and as one-rank DTensors
+  (FSDP2's parameters); GB/s against the machine's ceiling for this traffic measured in the same
+  run (torch's ``a += s * b``). At 512M each peer runs beside ``fusekit.torch.AdamW`` in turn.
 - ``lora``: multi-LoRA add, prefill (B=4096, H1=H2=4096, R=16, W=4) and decode (B=32, W=32, 8
   layers stepped in turn), float16 and bfloat16: ``fusekit.torch.add_lora_`` against vLLM's torch
   path (``vllm/lora/ops/torch_ops``: gather each row's A and B, einsum, a float32 shrink buffer as
@@ -52,7 +59,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import fusekit
 
-SECTIONS = ("lazy_adam", "adam8bit", "lora", "overhead", "omp")
+SECTIONS = ("lazy_adam", "adam8bit", "offload", "lora", "overhead", "omp")
 _CHECKOUT_DOCS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                               os.pardir, os.pardir, "docs"))
 
@@ -517,6 +524,168 @@ def bench_adam8bit(rec: Recorder, cfg) -> None:
     rec.compare(fk, res.get("torch.optim.AdamW(fused)"), min_speedup=1 / 1.6,
                 target="within 1.6x (>= 0.625)")
     rec.compare(fk, res.get("torch.optim.AdamW(foreach)"))
+
+
+# ---- offloaded training: the CPU optimizer step ---------------------------------------------------
+def _mem_available() -> int:
+    try:
+        for line in _read("/proc/meminfo").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except Exception:  # noqa: BLE001
+        pass
+    return 0
+
+
+def _dtensor_mesh():
+    """A one-rank gloo process group and CPU mesh (this process), for DTensor parameters as
+    FSDP2 makes them; (mesh, "") or (None, reason)."""
+    try:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        if not dist.is_initialized():
+            import socket
+            with socket.socket() as sk:
+                sk.bind(("127.0.0.1", 0))
+                port = sk.getsockname()[1]
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                    world_size=1)
+        return init_device_mesh("cpu", (dist.get_world_size(),)), ""
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+def _deepspeed_cpu_adam():
+    """DeepSpeedCPUAdam's class, its op built (DeepSpeed compiles it just in time, once, into
+    ~/.cache/torch_extensions); or (None, reason)."""
+    try:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        return DeepSpeedCPUAdam, ""
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+def bench_offload(rec: Recorder, cfg) -> None:
+    """One optimizer step of offloaded training (FSDP2 CPUOffloadPolicy, DeepSpeed ZeRO-Offload):
+    float32 parameters, gradients and moments in host memory. Every optimizer steps the same
+    parameter tensor (each with its own state): the timings need no copies of it. A DTensor case
+    steps the same memory as a one-rank FSDP2-style DTensor (Shard(0) on a gloo mesh)."""
+    import torch
+
+    sizes = [1 << 16] if cfg.quick else [64 << 20, 512 << 20]
+    sec = "offload"
+    hp = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    AdamW, why_fk = _fusekit_torch("AdamW")
+    AdamW8bit, why_8 = _fusekit_torch("AdamW8bit")
+    DSAdam, why_ds = _deepspeed_cpu_adam()
+    mesh, why_mesh = _dtensor_mesh()
+    for n_el in sizes:
+        case = f"AdamW step {n_el / 2**20:g}M float32"
+        # parameter, gradient, and at most two float32 states at a time (the large case runs the
+        # peers one by one beside fusekit.torch.AdamW), plus a temporary of the size
+        need = n_el * 4 * (2 + 2 * 2 + 2)
+        if not cfg.quick and _mem_available() < need:
+            rec.skip(sec, case, "*", f"needs ~{need / 2**30:.0f} GiB of free memory, "
+                     f"{_mem_available() / 2**30:.1f} GiB available")
+            continue
+        print(f"[offload] {case}", flush=True)
+        g = torch.Generator().manual_seed(3)
+        p = torch.nn.Parameter(torch.randn(n_el, generator=g) * 0.01)
+        p.grad = torch.randn(n_el, generator=g) * 0.01
+        bytes_32 = n_el * 28  # var rw, grad r, m rw, v rw
+        blocks = fusekit.quant_blocks(n_el)
+        bytes_8 = n_el * (4 + 4 + 4 + 1 + 1 + 1 + 1) + blocks * 4 * 4
+
+        # The machine's ceiling for this traffic, in the same run: torch's a += s * b on two
+        # float32 arrays of the size (read 8 B, write 4 B per element), its best GB/s.
+        ca, cb = torch.empty(n_el).fill_(1.0), torch.empty(n_el).fill_(2.0)
+        t_triad = measure(lambda: ca.add_(cb, alpha=1e-9), max(3, cfg.repeats))[0]
+        ceiling = 12 * n_el / t_triad / 1e9
+        del ca, cb
+        print(f"  ceiling (torch a += s*b, {n_el / 2**20:g}M): {ceiling:.1f} GB/s", flush=True)
+
+        def impl(label, make, bytes_moved, params=(p,)):
+            try:
+                opt = make(list(params))
+                opt.step()  # creates the state (DeepSpeed: builds its op on first use)
+            except Exception as e:  # noqa: BLE001
+                rec.skip(sec, case, label, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                return None
+            return Impl(label, opt.step, metrics=lambda t, o=opt: {
+                "GB/s": bytes_moved / t / 1e9, "of ceiling": bytes_moved / t / 1e9 / ceiling,
+                "state B/param": state_bytes(o) / n_el})
+
+        fk = impl("fusekit.torch.AdamW", lambda ps: AdamW(ps, **hp), bytes_32) \
+            if AdamW is not None else rec.skip(sec, case, "fusekit.torch.AdamW", why_fk)
+        peers = [
+            ("torch.optim.AdamW(fused)", lambda ps: torch.optim.AdamW(ps, fused=True, **hp),
+             bytes_32, (p,)),
+            ("torch.optim.AdamW(foreach)", lambda ps: torch.optim.AdamW(ps, foreach=True, **hp),
+             bytes_32, (p,)),
+        ]
+        if DSAdam is not None:
+            peers.append(("DeepSpeedCPUAdam", lambda ps: DSAdam(ps, adamw_mode=True, **hp),
+                          bytes_32, (p,)))
+        else:
+            rec.skip(sec, case, "DeepSpeedCPUAdam", f"deepspeed not usable here ({why_ds}); run "
+                     "in the environment of requirements/deepspeed.txt")
+        if AdamW8bit is not None:
+            peers.append(("fusekit.torch.AdamW8bit", lambda ps: AdamW8bit(ps, **hp), bytes_8,
+                          (p,)))
+        else:
+            rec.skip(sec, case, "fusekit.torch.AdamW8bit", why_8)
+        if mesh is not None:
+            from torch.distributed.tensor import DTensor, Shard
+            dp = torch.nn.Parameter(DTensor.from_local(p.data, mesh, [Shard(0)],
+                                                       run_check=False))
+            dp.grad = DTensor.from_local(p.grad, mesh, [Shard(0)], run_check=False)
+            if AdamW is not None:
+                peers.append(("fusekit.torch.AdamW (DTensor)", lambda ps: AdamW(ps, **hp),
+                              bytes_32, (dp,)))
+            if AdamW8bit is not None:
+                peers.append(("fusekit.torch.AdamW8bit (DTensor)",
+                              lambda ps: AdamW8bit(ps, **hp), bytes_8, (dp,)))
+            peers.append(("torch.optim.AdamW(fused) (DTensor)",
+                          lambda ps: torch.optim.AdamW(ps, fused=True, **hp), bytes_32, (dp,)))
+        else:
+            rec.skip(sec, case, "DTensor cases", why_mesh)
+
+        res: Dict[str, Result] = {}
+        if n_el <= (64 << 20):  # everything at once, interleaved
+            impls = [fk] + [impl(*pe) for pe in peers]
+            res = run_case(rec, sec, case, [i for i in impls if i is not None], cfg.repeats)
+        else:  # memory: each peer interleaved with fusekit.torch.AdamW, then freed
+            for pe in peers:
+                other = impl(*pe)
+                if other is None:
+                    continue
+                pair = [i for i in (fk, other) if i is not None]
+                got = measure_interleaved(pair, cfg.repeats)
+                for im in pair:
+                    t, n = got[im.name]
+                    r = Result(sec, case, im.name, t, n, im.metrics(t))
+                    if im is fk:  # fusekit's rows: the median over the pairs
+                        res.setdefault("_fk_times", []).append(t)
+                    else:
+                        res[im.name] = rec.add(r)
+                del other, pair
+                _free()
+            if fk is not None and res.get("_fk_times"):
+                t = statistics.median(res.pop("_fk_times"))
+                res[fk.name] = rec.add(Result(sec, case, fk.name, t, cfg.repeats, fk.metrics(t),
+                                              "median over its rounds beside each peer"))
+        base = res.get("fusekit.torch.AdamW")
+        rec.compare(base, res.get("DeepSpeedCPUAdam"), min_speedup=1.5, target=">= 1.5x")
+        rec.compare(base, res.get("torch.optim.AdamW(fused)"), min_speedup=1.3,
+                    target=">= 1.3x")
+        rec.compare(base, res.get("torch.optim.AdamW(foreach)"))
+        rec.compare(res.get("fusekit.torch.AdamW8bit"), res.get("DeepSpeedCPUAdam"),
+                    min_speedup=1.0, target="no slower (8-bit vs float32)")
+        rec.compare(res.get("fusekit.torch.AdamW (DTensor)"), base, min_speedup=1 / 1.05,
+                    target="DTensor within 1.05x of plain")
+        del p, fk, peers, res
+        _free()
 
 
 # ---- multi-LoRA ----------------------------------------------------------------------------------
@@ -1063,7 +1232,8 @@ def _run(args, argv, torch) -> Dict[str, Any]:
     rec = Recorder()
     meta["sections"] = {}
     t0 = time.perf_counter()
-    fns = {"lazy_adam": bench_lazy_adam, "adam8bit": bench_adam8bit, "lora": bench_lora,
+    fns = {"lazy_adam": bench_lazy_adam, "adam8bit": bench_adam8bit, "offload": bench_offload,
+           "lora": bench_lora,
            "overhead": bench_overhead, "omp": bench_omp}
     with torch.no_grad():
         for s in SECTIONS:

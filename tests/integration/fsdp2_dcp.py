@@ -1,9 +1,14 @@
 """One rank of an FSDP2 run that saves and resumes through torch.distributed.checkpoint: a small
-fully_shard-ed MLP on 2 gloo ranks stepped by fusekit.torch.AdamW (DTensor state).
+fully_shard-ed MLP on gloo ranks stepped by fusekit.torch.AdamW or AdamW8bit (DTensor state).
 
-    fsdp2_dcp.py run STEPS OUT          STEPS steps from the start; full parameters to OUT
-    fsdp2_dcp.py save STEPS CKPT        STEPS steps, then dcp.save of the model and optimizer
-    fsdp2_dcp.py resume STEPS CKPT OUT  dcp.load, STEPS more steps; full parameters to OUT
+    fsdp2_dcp.py OPT run STEPS OUT          STEPS steps from the start; full parameters to OUT
+    fsdp2_dcp.py OPT save STEPS CKPT        STEPS steps, then dcp.save of the model and optimizer
+                                            (and the full optimizer state to CKPT/full_state.pt)
+    fsdp2_dcp.py OPT resume STEPS CKPT OUT  dcp.load, STEPS more steps; full parameters to OUT
+    fsdp2_dcp.py OPT reload 0 CKPT OUT      dcp.load (at any world size); the full optimizer state
+                                            loaded, or the refusal's message, to OUT
+
+OPT: adamw | adamw8bit (min_8bit_size 256: the weights' state 8-bit, the biases' float32).
 """
 import sys
 
@@ -11,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (get_state_dict, set_state_dict)
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import fully_shard
 
 import fusekit
@@ -28,26 +33,54 @@ def batch(step, rank, world):
     return x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
 
 
+def full_state(opt):
+    """{parameter index: {state key: full tensor}} of every DTensor state."""
+    out = {}
+    for i, st in enumerate(opt.state.values()):
+        out[i] = {k: v.full_tensor().clone() for k, v in st.items()
+                  if type(v).__name__ == "DTensor"}
+    return out
+
+
 def main():
-    mode, steps = sys.argv[1], int(sys.argv[2])
+    which, mode, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     torch.set_num_threads(1)
     fusekit.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(SEED)
-    model = nn.Sequential(nn.Linear(16, 48), nn.Tanh(), nn.Linear(48, 4))
+    model = nn.Sequential(nn.Linear(16, 47), nn.Tanh(), nn.Linear(47, 4))
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     fully_shard(model)
-    opt = ft.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    if which == "adamw":
+        opt = ft.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    else:
+        opt = ft.AdamW8bit(model.parameters(), lr=1e-2, weight_decay=0.01, min_8bit_size=256)
     first = 0
-    if mode == "resume":
+    if mode in ("resume", "reload"):
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=sys.argv[3])
-        set_state_dict(model, opt, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        try:
+            dcp.load(state, checkpoint_id=sys.argv[4])
+            set_state_dict(model, opt, model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+        except BaseException as e:  # noqa: BLE001  (DCP's CheckpointException is a BaseException)
+            if mode != "reload":
+                raise
+            if rank == 0:
+                torch.save({"refused": f"{type(e).__name__}: {e}"}, sys.argv[5])
+            dist.barrier()
+            dist.destroy_process_group()
+            return
+        if mode == "reload":
+            st = full_state(opt)
+            if rank == 0:
+                torch.save({"state": st}, sys.argv[5])
+            dist.barrier()
+            dist.destroy_process_group()
+            return
         first = int(float(next(iter(opt.state.values()))["step"]))
     for s in range(first, first + steps):
         x, y = batch(s, rank, world)
@@ -57,11 +90,14 @@ def main():
         opt.step()
     if mode == "save":
         msd, osd = get_state_dict(model, opt)
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=sys.argv[3])
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=sys.argv[4])
+        st = full_state(opt)
+        if rank == 0:
+            torch.save(st, f"{sys.argv[4]}/full_state.pt")
     else:
         params = {k: v.full_tensor().detach().clone() for k, v in model.state_dict().items()}
         if rank == 0:
-            torch.save(params, sys.argv[4] if mode == "resume" else sys.argv[3])
+            torch.save(params, sys.argv[5] if mode == "resume" else sys.argv[4])
     dist.barrier()
     dist.destroy_process_group()
 

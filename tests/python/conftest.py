@@ -54,3 +54,15 @@ def collapse_expected() -> bool:
         return False
     major, minor = (int(x) for x in platform.release().split(".")[:2])
     return (major, minor) >= (6, 1)
+
+
+@pytest.fixture(scope="session")
+def one_rank_group():
+    """A one-rank gloo process group in this process (DTensor parameters as FSDP2 makes them, on
+    a mesh of one): made once per session, as a process can hold one default group."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch without distributed (gloo) support")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield

@@ -778,3 +778,71 @@ def test_each_parameter_is_planned_once():
         p.grad = torch.randn_like(p)
     opt.step()
     assert all(opt._plans._plans[s][1] is not plans[0][s] for s in plans[0])
+
+
+# ---- DTensor parameters (FSDP2) -----------------------------------------------------------------
+@pytest.mark.parametrize("n", [4097, 300])  # 8-bit (a partial last block), float32 (under 4096)
+def test_dtensor_parameter_steps_as_the_plain_tensor_bit_for_bit(one_rank_group, n):
+    """On a mesh of one, a DTensor parameter's local shard is the whole tensor: stepping it must
+    give the plain tensor's bits, with the state kept as DTensors (codes sharded as the parameter,
+    absmax one row of blocks per shard), the storage never moved."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (1,))
+    full = tensor(rng(40).uniform(-1, 1, n), torch.bfloat16)
+    p = torch.nn.Parameter(distribute_tensor(full.clone(), mesh, [Shard(0)]))
+    q = torch.nn.Parameter(full.clone())
+    o, t = AdamW8bit([p], **HP), AdamW8bit([q], **HP)
+    storage = p.to_local().untyped_storage().data_ptr()
+    g = rng(41)
+    for _ in range(3):
+        gr = tensor(g.uniform(-1, 1, n), torch.bfloat16)
+        p.grad = distribute_tensor(gr.clone(), mesh, [Shard(0)])
+        q.grad = gr
+        o.step()
+        t.step()
+    assert torch.equal(bits_t(p.to_local()), bits_t(q))
+    assert p.to_local().untyped_storage().data_ptr() == storage
+    s, r = o.state[p], t.state[q]
+    for key in ("state1", "state2"):
+        assert isinstance(s[key], DTensor) and s[key].placements == p.placements
+        assert torch.equal(bits_t(s[key].to_local()), bits_t(r[key]))
+    if n >= 4096:
+        blocks = fusekit.quant_blocks(n)
+        for key in ("absmax1", "absmax2"):
+            assert isinstance(s[key], DTensor) and tuple(s[key].shape) == (1, blocks)
+            assert torch.equal(bits_t(s[key].to_local().reshape(-1)), bits_t(r[key]))
+    # Its state_dict loads into an optimizer of the same sharding, bit for bit; the plain
+    # tensor's state (not sharded) is refused, nothing loaded.
+    p2 = torch.nn.Parameter(distribute_tensor(full.clone(), mesh, [Shard(0)]))
+    o2 = AdamW8bit([p2], **HP)
+    o2.load_state_dict(o.state_dict())
+    for key in s:
+        if isinstance(s[key], DTensor):
+            assert torch.equal(bits_t(o2.state[p2][key].to_local()), bits_t(s[key].to_local()))
+    o3 = AdamW8bit([torch.nn.Parameter(distribute_tensor(full.clone(), mesh, [Shard(0)]))])
+    with pytest.raises(ValueError, match=r"state1 is not sharded as the parameter is"):
+        o3.load_state_dict(t.state_dict())
+    assert len(o3.state) == 0
+
+
+def test_dtensor_gradient_of_a_plain_parameter_is_refused(one_rank_group):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (1,))
+    q = torch.nn.Parameter(torch.zeros(64))
+    q.grad = distribute_tensor(torch.ones(64), mesh, [Shard(0)])
+    with pytest.raises(ValueError, match=r"is a DTensor of local shape \(64,\), the parameter a "
+                                         r"plain tensor"):
+        AdamW8bit([q]).step()
+    assert torch.equal(q.detach(), torch.zeros(64))
+
+
+@pytest.mark.parametrize("cls", [ft.SparseAdam, ft.SparseAdam8bit])
+def test_sparse_optimizers_refuse_a_sharded_table(one_rank_group, cls):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (1,))
+    table = torch.nn.Parameter(distribute_tensor(torch.zeros(64, 8), mesh, [Shard(0)]))
+    with pytest.raises(ValueError, match=r"is a DTensor.*FSDP2 reduces dense gradients"):
+        cls([table])

@@ -185,17 +185,6 @@ def test_maximize_and_strided_parameter():
     torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=2e-5)  # 2e-3 * lr
 
 
-@pytest.fixture(scope="module")
-def one_rank_group():
-    import torch.distributed as dist
-    if not dist.is_available():
-        pytest.skip("torch without distributed support")
-    store = dist.HashStore()
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_dtensor_parameter_steps_its_shard_and_keeps_dtensor_state(one_rank_group):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor

@@ -23,6 +23,7 @@ import torch
 
 import fusekit
 
+from ._dtensor import block_layout, blocks_dtensor, is_dtensor, like_param, local
 from ._memory import HUGE_PAGE_BYTES, advise_hugepages, zeros_hugepage
 from ._plans import PlanCache
 
@@ -129,27 +130,40 @@ class _Adam8bitBase(torch.optim.Optimizer):
         (:func:`advise_hugepages`): its storage never moves (FSDP and DeepSpeed hold it)."""
         if self.hugepages and id(p) not in self._advised:
             self._advised.add(id(p))
-            advise_hugepages(p.data)
+            advise_hugepages(local(p.data))
 
     def _uses_8bit(self, p: torch.Tensor) -> bool:
+        # The parameter's full size, also for a DTensor: every rank decides alike.
         return self.optim_bits == 8 and p.numel() >= self.min_8bit_size
+
+    def _absmax_layout(self, p: torch.Tensor):
+        """The absmax tensors' local shape and, for a DTensor, the number of shards (see
+        fusekit.torch._dtensor: one row of blocks per shard)."""
+        if is_dtensor(p):
+            shards, max_blocks = block_layout(self._NAME, p, fusekit.quant_blocks)
+            return (1, max_blocks), shards
+        return (fusekit.quant_blocks(p.numel()),), None
+
+    def _new_state(self, p: torch.Tensor, key: str, dtype) -> torch.Tensor:
+        """A zero state tensor of the optimizer's own, sharded as the parameter is."""
+        if key.startswith("absmax"):
+            shape, shards = self._absmax_layout(p)
+            return blocks_dtensor(p, self._zeros(shape, torch.float32), shards)
+        return like_param(p, self._zeros(tuple(local(p).shape), dtype))
 
     def _init_state(self, p: torch.Tensor) -> None:
         self._maybe_move_param(p)
         state = self.state[p]
         state["step"] = 0
-        shape = tuple(p.shape)
         if self._uses_8bit(p):
-            blocks = fusekit.quant_blocks(p.numel())
-            state["state1"] = self._zeros(shape, torch.uint8)
-            state["qmap1"] = self._qmap_m
-            state["state2"] = self._zeros(shape, torch.uint8)
-            state["qmap2"] = self._qmap_v
-            state["absmax1"] = self._zeros((blocks,), torch.float32)
-            state["absmax2"] = self._zeros((blocks,), torch.float32)
+            for key in ("state1", "state2"):
+                state[key] = self._new_state(p, key, torch.uint8)
+            state["qmap1"], state["qmap2"] = self._qmap_m, self._qmap_v
+            for key in ("absmax1", "absmax2"):
+                state[key] = self._new_state(p, key, torch.float32)
         else:
-            state["state1"] = self._zeros(shape, torch.float32)
-            state["state2"] = self._zeros(shape, torch.float32)
+            for key in ("state1", "state2"):
+                state[key] = self._new_state(p, key, torch.float32)
 
     # ---- step -----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -166,18 +180,18 @@ class _Adam8bitBase(torch.optim.Optimizer):
             state = self.state[p]
             if len(state) == 0:
                 self._init_state(p)
-            g = p.grad
-            if g.dtype != p.dtype:
+            var, g = local(p), local(p.grad)  # a DTensor's local shard
+            if g.dtype != var.dtype:
                 # A gradient of another dtype (torch's Tensor.grad_dtype, e.g. float32 gradients of
                 # bfloat16 parameters) is rounded to the parameter's dtype: the operators take var
                 # and grad of one dtype. One temporary copy.
-                g = g.to(p.dtype)
+                g = g.to(var.dtype)
             step = int(state["step"])
             if state["state1"].dtype == torch.uint8:
-                n = self._step_8bit(p, g, state, step, hp)
+                n = self._step_8bit(p, var, g, state, step, hp)
                 blocks_skipped += n
             else:
-                n = self._step_32bit(p, g, state, step, hp)
+                n = self._step_32bit(p, var, g, state, step, hp)
                 elements_skipped += n
             state["step"] = step + 1
             if n:
@@ -187,8 +201,13 @@ class _Adam8bitBase(torch.optim.Optimizer):
         self.last_step_skipped_elements = elements_skipped
         return loss
 
-    def _step_8bit(self, p, g, state, step, hp) -> int:
-        m, v = state["state1"], state["state2"]
+    def _step_8bit(self, key, p, g, state, step, hp) -> int:
+        """One step of ``p`` (a plain tensor or a DTensor's local shard; ``key`` names the
+        parameter's plan) and its 8-bit state."""
+        m, v = local(state["state1"]), local(state["state2"])
+        blocks = fusekit.quant_blocks(p.numel())
+        absmax1 = local(state["absmax1"]).view(-1)[:blocks]  # a shard's blocks: its row's first
+        absmax2 = local(state["absmax2"]).view(-1)[:blocks]
         if p.is_contiguous() and g.is_contiguous():
             var, grad, m, v = p.view(-1), g.view(-1), m.view(-1), v.view(-1)
             copy_back = None
@@ -200,21 +219,21 @@ class _Adam8bitBase(torch.optim.Optimizer):
             m, v = m.view(-1), v.view(-1)
             copy_back = var
         attrs = {k: x for k, x in hp.items() if k != "lr"}
-        st = self._plans.run(id(p), fusekit.ApplyAdamWQuantPlan,
-                             (var, grad, m, v, state["qmap1"], state["qmap2"], state["absmax1"],
-                              state["absmax2"]), attrs, tuple(attrs.values()), step, hp["lr"])
+        st = self._plans.run(id(key), fusekit.ApplyAdamWQuantPlan,
+                             (var, grad, m, v, state["qmap1"], state["qmap2"], absmax1, absmax2),
+                             attrs, tuple(attrs.values()), step, hp["lr"])
         if copy_back is not None:
             p.copy_(copy_back.view(p.shape))
         return st.blocks_skipped_nonfinite
 
-    def _step_32bit(self, p, g, state, step, hp) -> int:
+    def _step_32bit(self, key, p, g, state, step, hp) -> int:
         var = p if p.is_contiguous() else p.contiguous()  # adam_w takes contiguous tensors
         grad = g if g.is_contiguous() else g.contiguous()
         attrs = {k: x for k, x in hp.items() if k != "lr"}
-        st = self._plans.run(id(p), fusekit.AdamWPlan,
-                             (var.view(-1), grad.view(-1), state["state1"].view(-1),
-                              state["state2"].view(-1)), attrs, tuple(attrs.values()), step,
-                             hp["lr"])
+        st = self._plans.run(id(key), fusekit.AdamWPlan,
+                             (var.view(-1), grad.view(-1), local(state["state1"]).view(-1),
+                              local(state["state2"]).view(-1)), attrs, tuple(attrs.values()),
+                             step, hp["lr"])
         if var is not p:
             p.copy_(var)
         return st.elements_skipped_nonfinite
@@ -282,15 +301,28 @@ class _Adam8bitBase(torch.optim.Optimizer):
         if s1.dtype != s2.dtype or s1.dtype not in (torch.uint8, torch.float32):
             fail(f"state1 and state2 must both be uint8 (8-bit) or both float32, got {s1.dtype} "
                  f"and {s2.dtype}")
+        for key, t in (("state1", s1), ("state2", s2)):
+            if is_dtensor(p) != is_dtensor(t) or (is_dtensor(p) and (
+                    t.placements != p.placements or local(t).shape != local(p).shape)):
+                fail(f"{key} is not sharded as the parameter is (load a distributed state through "
+                     "torch.distributed.checkpoint, at the world size and sharding it was saved "
+                     "with)")
         out["state1"], out["state2"] = s1, s2
         if s1.dtype == torch.uint8:
-            blocks = fusekit.quant_blocks(n)
+            shape, shards = self._absmax_layout(p)
+            want = (shards,) + shape[1:] if shards is not None else shape
             for key in ("absmax1", "absmax2"):
                 t = v.get(key)
-                if (not isinstance(t, torch.Tensor) or t.dtype != torch.float32
-                        or t.numel() != blocks):
-                    fail(f"{key} must be float32 [{blocks}], got "
-                         f"{(t.dtype, tuple(t.shape)) if isinstance(t, torch.Tensor) else t!r}")
+                if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+                    fail(f"{key} must be a float32 tensor, got "
+                         f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+                if is_dtensor(p):
+                    if not is_dtensor(t) or tuple(t.shape) != want:
+                        fail(f"{key} has shape {tuple(t.shape)}, this sharding needs the DTensor "
+                             f"{want} (one row of 256-element blocks per shard): 8-bit state "
+                             "saved at another world size or sharding cannot be loaded")
+                elif t.numel() != shape[0]:
+                    fail(f"{key} must be float32 [{shape[0]}], got {tuple(t.shape)}")
                 out[key] = t
             for key in ("qmap1", "qmap2"):
                 t = v.get(key)
@@ -304,14 +336,16 @@ class _Adam8bitBase(torch.optim.Optimizer):
 
     def _copy_state(self, p, s) -> Dict[str, Any]:
         out = {"step": s["step"]}
-        shape = tuple(p.shape)
         for key in ("state1", "state2"):
             t = s[key]
-            out[key] = self._zeros(shape, t.dtype).copy_(t.detach().reshape(shape))
+            new = self._new_state(p, key, t.dtype)
+            local(new).copy_(local(t).detach().reshape(local(new).shape))
+            out[key] = new
         if s["state1"].dtype == torch.uint8:
             for key in ("absmax1", "absmax2"):
-                t = s[key]
-                out[key] = self._zeros((t.numel(),), torch.float32).copy_(t.detach().reshape(-1))
+                new = self._new_state(p, key, torch.float32)
+                local(new).copy_(local(s[key]).detach().reshape(local(new).shape))
+                out[key] = new
             for key in ("qmap1", "qmap2"):
                 t = s[key].detach().cpu().reshape(-1).contiguous()
                 kb = _key(t)
@@ -383,6 +417,13 @@ def _check_dense_grad(name, where, p, g) -> None:
     if g.shape != p.shape:
         raise ValueError(f"{name}: the gradient of {where} has shape {tuple(g.shape)}, the "
                          f"parameter {tuple(p.shape)}")
+    if is_dtensor(g) != is_dtensor(p) or (is_dtensor(p) and (
+            local(g).shape != local(p).shape)):
+        raise ValueError(f"{name}: the gradient of {where} is "
+                         f"{'a DTensor' if is_dtensor(g) else 'a plain tensor'} of local shape "
+                         f"{tuple(local(g).shape)}, the parameter "
+                         f"{'a DTensor' if is_dtensor(p) else 'a plain tensor'} of local shape "
+                         f"{tuple(local(p).shape)}")
 
 
 def _check_hparams(name, group, where="") -> Dict[str, float]:
@@ -424,7 +465,9 @@ class AdamW8bit(_Adam8bitBase):
     Positional arguments as bitsandbytes 0.50 takes them; ``percentile_clipping`` and
     ``block_wise`` (of older bitsandbytes) are keyword-only and accept only their defaults;
     ``hugepages`` (fusekit's): state of at least 2 MiB on huge-page memory, and a parameter of at
-    least 2 MiB moved there once (``param.data = copy``). ``is_paged`` has no effect on CPU.
+    least 2 MiB advised for huge pages where it is (its storage never moves). ``is_paged`` has no
+    effect on CPU. DTensor parameters (FSDP2) are stepped through their local shards, with the
+    state sharded alike (docs/offloaded_training.md).
     After each step, ``last_step_skipped`` ({param: count}), ``last_step_skipped_blocks`` and
     ``last_step_skipped_elements`` say what the non-finite guard left unchanged.
     """

@@ -30,27 +30,15 @@ import torch
 import fusekit
 
 from ._adam8bit import _check_dense_params, _check_hparams, _dense_work, _run_closure
+from ._dtensor import is_dtensor as _is_dtensor
+from ._dtensor import like_param
+from ._dtensor import local as _local
 from ._memory import HUGE_PAGE_BYTES, zeros_hugepage
 from ._plans import PlanCache
 
 __all__ = ["AdamW", "Adam"]
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
-
-try:  # torch built without distributed support has no DTensor
-    from torch.distributed.tensor import DTensor as _DTensor
-except ImportError:  # pragma: no cover
-    _DTensor = None
-
-
-def _is_dtensor(t) -> bool:
-    return _DTensor is not None and isinstance(t, _DTensor)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """The tensor the kernel writes: a DTensor's local shard (sharing its storage), else t."""
-    return t.to_local() if _is_dtensor(t) else t
-
 
 class _AdamBase(torch.optim.Optimizer):
     _NAME = "AdamW"
@@ -108,11 +96,7 @@ class _AdamBase(torch.optim.Optimizer):
         return torch.zeros(tuple(shape), dtype=torch.float32)
 
     def _new_moment(self, p: torch.Tensor) -> torch.Tensor:
-        local = self._zeros(tuple(_local(p).shape))
-        if _is_dtensor(p):
-            return _DTensor.from_local(local, p.device_mesh, p.placements, run_check=False,
-                                       shape=p.shape, stride=p.stride())
-        return local
+        return like_param(p, self._zeros(tuple(_local(p).shape)))
 
     def _init_state(self, p: torch.Tensor) -> None:
         state = self.state[p]
@@ -182,9 +166,6 @@ class _AdamBase(torch.optim.Optimizer):
 
         work = []
         for p, hp, group in _dense_work(name, self.param_groups, check_group):
-            if _is_dtensor(p.grad) != _is_dtensor(p):
-                raise ValueError(f"{name}: a gradient is {'' if _is_dtensor(p.grad) else 'not '}"
-                                 "a DTensor and its parameter is the other way")
             decoupled = bool(group.get("decoupled_weight_decay", self._DECOUPLED))
             work.append((p, hp, bool(group.get("maximize", False)), decoupled))
 

@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 
 import fusekit
 
+from ._dtensor import refuse_sharded_table
 from ._memory import advise_hugepages, empty_hugepage, zeros_hugepage
 from ._plans import PlanCache
 
@@ -153,6 +154,7 @@ class SparseAdam(Optimizer):
         return f"param {label}(group {gi}, index {pi}, shape {list(p.shape)})"
 
     def _check_param(self, gi: int, pi: int, group, p: torch.Tensor) -> None:
+        refuse_sharded_table("fusekit.torch.SparseAdam", self._name(gi, pi, group, p), p)
         if p.dtype != torch.float32:
             raise TypeError(
                 f"fusekit.torch.SparseAdam: {self._name(gi, pi, group, p)} has dtype {p.dtype}; "

@@ -33,6 +33,7 @@ import torch
 import fusekit
 
 from ._adam8bit import _key
+from ._dtensor import refuse_sharded_table
 from ._memory import zeros_hugepage
 from ._sparse_adam import _DENSE_MESSAGE, SparseAdam, _rows, _Work
 
@@ -108,6 +109,7 @@ class SparseAdam8bit(SparseAdam):
     # ---- checks ---------------------------------------------------------------------------------
     def _check_param(self, gi: int, pi: int, group, p: torch.Tensor) -> None:
         name = self._name(gi, pi, group, p)
+        refuse_sharded_table(_NAME, name, p)
         if p.device.type != "cpu":
             raise ValueError(f"{_NAME}: {name} is on {p.device}; fusekit runs on CPU tensors (use "
                              "torch.optim.SparseAdam on that device)")
