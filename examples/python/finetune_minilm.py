@@ -250,9 +250,9 @@ class Run:
         return out
 
 
-def plot(out, path):
+def plot(out, path, title=None):
     """The loss curves (each step, and a moving mean of 10) and each run's difference from
-    torch.optim.AdamW's loss at the same step."""
+    torch.optim.AdamW's loss at the same step (``title``: the chart's, else this script's run)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -273,8 +273,8 @@ def plot(out, path):
             dx.plot(np.arange(len(y)), y - ref, color=line.get_color(), lw=0.9, label=name)
     ax.set_yscale("log")
     ax.set_ylabel("training loss (cross-entropy)")
-    ax.set_title(f"all-MiniLM-L6-v2, 6-class template task, batch {cfg['batch']}, "
-                 f"lr {cfg['lr']:g}, {out['machine']['threads']} threads")
+    ax.set_title(title or f"all-MiniLM-L6-v2, 6-class template task, batch {cfg['batch']}, "
+                          f"lr {cfg['lr']:g}, {out['machine']['threads']} threads")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     dx.axhline(0, color="k", lw=0.6)
