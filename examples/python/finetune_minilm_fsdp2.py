@@ -1,7 +1,8 @@
 """Fine-tune all-MiniLM-L6-v2 under PyTorch FSDP2 with the optimizer step offloaded to the CPU:
 2 gloo ranks on this machine, every encoder layer and the whole model ``fully_shard``-ed with
-``CPUOffloadPolicy``, and three optimizers from the same start on the same batches:
-``torch.optim.AdamW``, ``fusekit.torch.AdamW`` and ``fusekit.torch.AdamW8bit``.
+``CPUOffloadPolicy``, and four optimizers from the same start on the same batches:
+``torch.optim.AdamW`` (torch's default on CPU tensors, foreach; and ``fused=True``),
+``fusekit.torch.AdamW`` and ``fusekit.torch.AdamW8bit``.
 
 The task and the model are finetune_minilm.py's (six classes of template sentences, a linear head
 on the mean-pooled encoder, dropout off, 22.6M parameters). Each rank takes half of every batch;
@@ -106,7 +107,8 @@ def rank_main(args):
 
     kw = dict(lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay)
     optimizers = [
-        ("torch.optim.AdamW", lambda ps: torch.optim.AdamW(ps, **kw)),
+        ("torch.optim.AdamW", lambda ps: torch.optim.AdamW(ps, **kw)),  # foreach: torch's default
+        ("torch.optim.AdamW(fused)", lambda ps: torch.optim.AdamW(ps, fused=True, **kw)),
         ("fusekit.torch.AdamW", lambda ps: ft.AdamW(ps, **kw)),
         ("fusekit.torch.AdamW8bit", lambda ps: ft.AdamW8bit(ps, **kw)),
     ]
@@ -204,7 +206,7 @@ def report(out, plot_path):
               f"{1e3 * s['train_step_s_median']:.1f} ms")
     cfg = out["config"]
     single.plot(out, plot_path, title=(
-        f"all-MiniLM-L6-v2 under FSDP2 + CPUOffloadPolicy, {out['machine']['ranks']} gloo ranks, "
+        f"MiniLM-L6, FSDP2 + CPU offload, {out['machine']['ranks']} gloo ranks, "
         f"batch {cfg['batch']}, lr {cfg['lr']:g}"))
 
 

@@ -8,7 +8,8 @@ fully_shard-ed MLP on gloo ranks stepped by fusekit.torch.AdamW or AdamW8bit (DT
     fsdp2_dcp.py OPT reload 0 CKPT OUT      dcp.load (at any world size); the full optimizer state
                                             loaded, or the refusal's message, to OUT
 
-OPT: adamw | adamw8bit (min_8bit_size 256: the weights' state 8-bit, the biases' float32).
+OPT: adamw | adamw8bit (min_8bit_size 256: the weights' and the 300-bias's state 8-bit, the
+other biases' float32).
 """
 import sys
 
@@ -28,7 +29,7 @@ SEED = 20261203
 def batch(step, rank, world):
     g = torch.Generator().manual_seed(SEED + step)
     x = torch.randn(64, 16, generator=g)
-    y = (x[:, :4] * 2).tanh()
+    y = (x[:, :1] * 2).tanh()
     per = x.shape[0] // world
     return x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
 
@@ -49,7 +50,10 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(SEED)
-    model = nn.Sequential(nn.Linear(16, 47), nn.Tanh(), nn.Linear(47, 4))
+    # Shards of unequal length, and an empty one: the last weight [1, 300] has one row, which
+    # rank 0 holds whole (8-bit state, 2 blocks) while rank 1's shard of it is empty.
+    model = nn.Sequential(nn.Linear(16, 47), nn.Tanh(), nn.Linear(47, 300), nn.Tanh(),
+                          nn.Linear(300, 1))
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
