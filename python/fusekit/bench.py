@@ -3,6 +3,7 @@
     python -m fusekit.bench [--quick] [--only lazy_adam,adam8bit,offload,lora,overhead,omp]
                             [--repeats N] [--plot PATH] [--json PATH] [--no-plot]
                             [--omp-wait-policy inherit|passive|active|unset] [--threads N]
+                            [--offload-sizes 64,512]
     python -m fusekit.bench --from-json PATH [--plot PATH]   # table and chart of a saved run
 
 Sections (``--only`` picks some; all by default, ``omp`` not in ``--quick``):
@@ -573,7 +574,7 @@ def bench_offload(rec: Recorder, cfg) -> None:
     steps the same memory as a one-rank FSDP2-style DTensor (Shard(0) on a gloo mesh)."""
     import torch
 
-    sizes = [1 << 16] if cfg.quick else [64 << 20, 512 << 20]
+    sizes = [1 << 16] if cfg.quick else [int(m * (1 << 20)) for m in cfg.offload_sizes]
     sec = "offload"
     hp = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     AdamW, why_fk = _fusekit_torch("AdamW")
@@ -1184,6 +1185,7 @@ class Config:
     quick: bool = False
     repeats: int = 7
     only: tuple = SECTIONS
+    offload_sizes: tuple = (64, 512)  # millions (2^20) of parameters
 
 
 def run(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -1222,7 +1224,16 @@ def _run(args, argv, torch) -> Dict[str, Any]:
             raise SystemExit(f"--only: unknown section(s) {bad}; choose from {list(SECTIONS)}")
     else:
         only = tuple(s for s in SECTIONS if not (args.quick and s == "omp"))
-    cfg = Config(quick=args.quick, repeats=args.repeats or (2 if args.quick else 7), only=only)
+    try:
+        offload_sizes = tuple(float(x) for x in args.offload_sizes.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"--offload-sizes: a comma-separated list of numbers, got "
+                         f"{args.offload_sizes!r}")
+    if not offload_sizes or any(not 0 < x <= 4096 for x in offload_sizes):
+        raise SystemExit(f"--offload-sizes: each in (0, 4096] million parameters, got "
+                         f"{args.offload_sizes!r}")
+    cfg = Config(quick=args.quick, repeats=args.repeats or (2 if args.quick else 7), only=only,
+                 offload_sizes=offload_sizes)
     meta = machine_info(torch)
     meta["quick"] = cfg.quick
     meta["repeats"] = cfg.repeats
@@ -1308,6 +1319,8 @@ def _parser() -> argparse.ArgumentParser:
                                              "a checkout, else ./python_bench.png)")
     ap.add_argument("--no-plot", action="store_true", help="write no chart")
     ap.add_argument("--json", default="", help="write the report as JSON here")
+    ap.add_argument("--offload-sizes", default="64,512", metavar="M,M",
+                    help="offload section: parameter counts in millions (2^20; default 64,512)")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for fusekit and torch (default: each library's own)")
     ap.add_argument("--omp-wait-policy", default="inherit",
