@@ -58,9 +58,10 @@ struct AddLoraStats {
 };
 
 // The tensors of one run. y, out: [B, H3]; x: [B, H1]; weight_b: [W, L, H2, R]; indices: int32
-// [B]; weight_a: [W, L, R, H1], or an empty TensorView (then H1 must equal R). y, x, the weights
-// and out share one dtype: float16, bfloat16 or float32. Every tensor needs a contiguous
-// innermost dimension; outer strides are free (out can be a slice of a wider buffer).
+// (CANN's) or int64 (torch's and vLLM's, read as it is) [B], any stride; weight_a: [W, L, R, H1],
+// or an empty TensorView (then H1 must equal R). y, x, the weights and out share one dtype:
+// float16, bfloat16 or float32. Every other tensor needs a contiguous innermost dimension; outer
+// strides are free (out can be a slice of a wider buffer).
 struct AddLoraTensors {
   TensorView y, x, weight_b, indices, weight_a, out;
 };

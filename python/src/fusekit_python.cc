@@ -307,27 +307,6 @@ const char *implementation_name(const std::optional<std::string> &s) {
   return s && !s->empty() ? s->c_str() : nullptr;
 }
 
-// vLLM and torch hold adapter indices as int64; AddLora takes int32 (CANN's type). An int64 [B]
-// view is narrowed into a per-thread scratch copy, refusing a value int32 cannot hold (narrowing
-// it would wrap it into a valid adapter).
-void narrow_indices(TensorView *indices, const char *fn) {
-  static thread_local std::vector<int32_t> narrowed;
-  if (indices->dtype != DType::kInt64 || indices->ndim != 1) return;
-  const int64_t n = indices->shape[0], stride = indices->strides[0];
-  const auto *src = static_cast<const int64_t *>(indices->data);
-  narrowed.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t value = src[i * stride];
-    if (value < INT32_MIN || value > INT32_MAX) {
-      raise_status(Status::ShapeMismatch(std::string(fn) + ": indices[" + std::to_string(i) +
-                                         "] = " + std::to_string(value) +
-                                         " is not an adapter slot (outside int32)"));
-    }
-    narrowed[static_cast<size_t>(i)] = static_cast<int32_t>(value);
-  }
-  *indices = TensorView::contiguous(narrowed.data(), DType::kInt32, {n});
-}
-
 // --- the operators ----------------------------------------------------------------------------
 //
 // Each operator is described once, below (its tensors in the order of its C++ Tensors struct, the
@@ -476,8 +455,8 @@ struct Binding<AddLora> {
   }
 };
 
-// The operator's tensors from a sequence of arrays (views, no copies); AddLora's int64 indices
-// narrowed (see narrow_indices).
+// The operator's tensors from a sequence of arrays (views, no copies; AddLora's int64 indices, as
+// torch and vLLM hold them, are read as they are).
 template <class Op>
 typename Binding<Op>::Tensors tensors_of(nb::handle seq, const char *fn) {
   constexpr size_t n = std::size(Binding<Op>::kTensors);
@@ -498,7 +477,6 @@ typename Binding<Op>::Tensors tensors_of(nb::handle seq, const char *fn) {
     v[i] = view_of(item, fn, a.name, a.written);
   }
   typename Binding<Op>::Tensors t = Binding<Op>::tensors(v);
-  if constexpr (std::is_same_v<Op, AddLora>) narrow_indices(&t.indices, fn);
   return t;
 }
 

@@ -149,12 +149,18 @@ Status add_lora_cpu_run(AddLoraCpuKernel kernel, int64_t prefill_min_rows, const
 
   // ---- check: every index read, the rows of each adapter counted; nothing is written to out
   // until every index has been read ----
-  const auto *idx = t.indices.as<const int32_t>();
+  // int32 (CANN's type) or int64 (torch's and vLLM's), read as they are: no narrowing copy.
+  const bool wide = t.indices.dtype == DType::kInt64;
+  const auto *idx32 = static_cast<const int32_t *>(t.indices.data);
+  const auto *idx64 = static_cast<const int64_t *>(t.indices.data);
   const int64_t istride = t.indices.strides[0];
+  const auto index = [&](int64_t i) -> int64_t {
+    return wide ? idx64[i * istride] : int64_t{idx32[i * istride]};
+  };
   std::fill(group_start, group_start + w + 1, int64_t{0});
   int64_t none = 0;
   for (int64_t i = 0; i < b; ++i) {
-    const int64_t a = idx[i * istride];
+    const int64_t a = index(i);
     if (a < 0 || a == w) {
       ++none;
     } else if (a > w) {
@@ -173,7 +179,7 @@ Status add_lora_cpu_run(AddLoraCpuKernel kernel, int64_t prefill_min_rows, const
   for (int64_t a = 0; a < w; ++a) group_start[a + 1] += group_start[a];
   std::copy(group_start, group_start + w, cursor);
   for (int64_t i = 0; i < b; ++i) {
-    const int64_t a = idx[i * istride];
+    const int64_t a = index(i);
     if (a >= 0 && a < w) rows[cursor[a]++] = static_cast<uint32_t>(i);
   }
   timer.stage("group");
@@ -191,7 +197,7 @@ Status add_lora_cpu_run(AddLoraCpuKernel kernel, int64_t prefill_min_rows, const
                    for (int64_t i = lo; i < hi; ++i) {
                      const char *src = ybytes + static_cast<size_t>(i * ys) * es;
                      char *dst = obytes + static_cast<size_t>(i * os) * es;
-                     const int64_t a = idx[i * istride];
+                     const int64_t a = index(i);
                      if (a < 0 || a >= w) {
                        std::memcpy(dst, src, static_cast<size_t>(h3) * es);
                      } else {

@@ -21,9 +21,11 @@ namespace {
 
 constexpr const char *kOp = "AddLora";
 
-// Every tensor: the expected rank, positive sizes, a contiguous innermost dimension, non-negative
-// strides, and an extent that fits 64-bit arithmetic. The data pointer is not looked at.
-Status check_tensor(const TensorView &t, const char *name, int ndim, const char *shape_name) {
+// Every tensor: the expected rank, positive sizes, a contiguous innermost dimension (unless
+// any_stride), non-negative strides, and an extent that fits 64-bit arithmetic. The data pointer is
+// not looked at.
+Status check_tensor(const TensorView &t, const char *name, int ndim, const char *shape_name,
+                    bool any_stride = false) {
   if (t.ndim != ndim) {
     return Status::ShapeMismatch(str_cat(kOp, ": ", name, " must be ", ndim, "-D ", shape_name,
                                          ", got shape ", t.shape_string()));
@@ -39,7 +41,7 @@ Status check_tensor(const TensorView &t, const char *name, int ndim, const char 
           str_cat(kOp, ": ", name, " has a negative stride ", t.strides[i], " in dimension ", i));
     }
   }
-  if (!t.inner_contiguous()) {
+  if (!any_stride && !t.inner_contiguous()) {
     return Status::Invalid(str_cat(kOp, ": ", name,
                                    " must have a contiguous innermost dimension, got stride ",
                                    t.strides[ndim - 1]));
@@ -97,14 +99,15 @@ Status AddLoraProblem::make(const AddLoraTensors &t, const AddLoraOptions &optio
                                      " but y has ", dtype_name(y.dtype), "; they must match"));
     }
   }
-  if (indices.dtype != DType::kInt32) {
-    return Status::Invalid(
-        str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype), "; int32 is required"));
+  if (indices.dtype != DType::kInt32 && indices.dtype != DType::kInt64) {
+    return Status::Invalid(str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype),
+                                   "; int32 (CANN's) or int64 (torch's and vLLM's) is required"));
   }
   FUSEKIT_RETURN_IF_ERROR(check_tensor(y, "y", 2, "[B, H3]"));
   FUSEKIT_RETURN_IF_ERROR(check_tensor(x, "x", 2, "[B, H1]"));
   FUSEKIT_RETURN_IF_ERROR(check_tensor(weight_b, "weightB", 4, "[W, L, H2, R]"));
-  FUSEKIT_RETURN_IF_ERROR(check_tensor(indices, "indices", 1, "[B]"));
+  // indices are read one by one (the check stage): any non-negative stride
+  FUSEKIT_RETURN_IF_ERROR(check_tensor(indices, "indices", 1, "[B]", /*any_stride=*/true));
   if (has_a) FUSEKIT_RETURN_IF_ERROR(check_tensor(weight_a, "weightAOptional", 4, "[W, L, R, H1]"));
   FUSEKIT_RETURN_IF_ERROR(check_tensor(out, "out", 2, "[B, H3]"));
 

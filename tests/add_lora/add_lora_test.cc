@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -615,6 +616,57 @@ TEST(AddLora, BitwiseEqualOverThreadCounts) {
   }
 }
 
+// int64 indices (torch's and vLLM's type) are read as they are: bitwise the int32 result for
+// every implementation, with -1 and W for "no adapter"; values that an int32 narrowing would wrap
+// into a valid slot (2^32, 2^32 + 1) are refused by name, nothing written; any negative value,
+// INT64_MIN included, means "no adapter".
+TEST(AddLora, Int64IndicesAreReadAsTheyAre) {
+  Problem p;
+  p.B = 40;
+  p.H1 = 33;
+  p.H2 = 17;
+  p.H3 = 21;
+  p.y_offset = 3;
+  p.R = 8;
+  p.W = 4;
+  p.seed = 85;
+  for (int i = 0; i < 40; ++i) p.indices.push_back(i % 6 - 1);  // -1, 0..3, 4 (== W)
+  for (DType dt : kDtypes) {
+    for (const KernelPath &k : kernels()) {
+      p.dt = dt;
+      Data d32 = make(p);
+      ASSERT_TRUE(run(d32, options_for(p, k)).ok());
+      EXPECT_EQ(check(d32, k.name.c_str()), 0);
+      Data d64 = make(p);
+      std::vector<int64_t> idx64(d64.idx.begin(), d64.idx.end());
+      idx64[0] = std::numeric_limits<int64_t>::min();  // negative: no adapter, as -1 is
+      d64.vi = TensorView::of(idx64.data(), {p.B});
+      ASSERT_TRUE(run(d64, options_for(p, k)).ok());
+      EXPECT_TRUE(d64.out == d32.out) << dtype_name(dt) << " " << k.name;
+      // A strided int64 view (every other element of a [B, 2] buffer).
+      std::vector<int64_t> wide(static_cast<size_t>(2 * p.B), 99);
+      for (int64_t i = 0; i < p.B; ++i) wide[static_cast<size_t>(2 * i)] = d64.idx[i];
+      Data ds = make(p);
+      ds.vi = TensorView::strided(wide.data(), DType::kInt64, {p.B}, {2});
+      const Status sst = run(ds, options_for(p, k));
+      ASSERT_TRUE(sst.ok()) << sst.message();
+      EXPECT_TRUE(ds.out == d32.out) << dtype_name(dt) << " " << k.name << " strided";
+      for (int64_t bad : {int64_t{1} << 32, (int64_t{1} << 32) + 1, int64_t{5}}) {
+        Data dr = make(p);
+        std::vector<int64_t> idxr(dr.idx.begin(), dr.idx.end());
+        idxr[7] = bad;
+        dr.vi = TensorView::of(idxr.data(), {p.B});
+        const std::vector<uint8_t> before = dr.out;
+        const Status s = run(dr, options_for(p, k));
+        EXPECT_EQ(s.code(), StatusCode::kShapeMismatch) << s.message();
+        EXPECT_NE(s.message().find("indices[7] = " + std::to_string(bad)), std::string::npos)
+            << s.message();
+        EXPECT_TRUE(dr.out == before) << "written after refusing " << bad;
+      }
+    }
+  }
+}
+
 // Two calls at the same time from two threads (two executors on two streams) give what each
 // gives alone.
 TEST(AddLora, ConcurrentCallsFromTwoThreads) {
@@ -737,9 +789,9 @@ TEST(AddLoraRefusals, TensorsDtypesLayoutsOverlap) {
   bad = d.vy;
   bad.dtype = DType::kInt32;
   refuse(bad, d.vx, d.vb, d.vi, d.va, d.vo, StatusCode::kInvalidArgument, "y has dtype int32");
-  std::vector<int64_t> idx64(6, 0);
-  refuse(d.vy, d.vx, d.vb, TensorView::of(idx64.data(), {6}), d.va, d.vo,
-         StatusCode::kInvalidArgument, "indices has dtype int64");
+  std::vector<float> idxf(6, 0.0f);
+  refuse(d.vy, d.vx, d.vb, TensorView::of(idxf.data(), {6}), d.va, d.vo,
+         StatusCode::kInvalidArgument, "indices has dtype float32; int32 (CANN's) or int64");
   // Shapes (561002).
   refuse(d.vy, TensorView::contiguous(d.x.data(), p.dt, {5, 20}), d.vb, d.vi, d.va, d.vo,
          StatusCode::kShapeMismatch, "x has 5 rows");
@@ -1091,6 +1143,14 @@ TEST(AclnnAddLora, RunsAndRefuses) {
             std::string::npos)
       << aclGetRecentErrMsg();
   EXPECT_TRUE(d.y == before);
+  // CANN's indices are int32: the aclnn face refuses int64 (the C++ API takes it).
+  std::vector<int64_t> idx64(d.idx.begin(), d.idx.end());
+  aclTensor *i64 = acl_tensor({5}, ACL_INT64, idx64.data());
+  EXPECT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, i64, wa, 0, 1.0, 0, -1, y, &ws, &ex), 161002);
+  EXPECT_NE(std::string(aclGetRecentErrMsg()).find("indices has dtype int64; int32 is required"),
+            std::string::npos)
+      << aclGetRecentErrMsg();
+  aclDestroyTensor(i64);
   // An executor that is never run is dropped with aclDestroyAclOpExecutor.
   ASSERT_EQ(aclnnAddLoraGetWorkspaceSize(y, x, wb, idx, wa, 0, 1.0, 0, -1, y, &ws, &ex), 0);
   EXPECT_EQ(aclDestroyAclOpExecutor(ex), 0);

@@ -292,6 +292,26 @@ def test_vllm_stacked_layout_as_is():
     check_close(yb, bw, sum_b, hin + 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_int64_indices_read_as_they_are_bitwise_the_int32_result(dtype):
+    """int64 indices (torch's and vLLM's type) go to the operator as they are, strided or not: the
+    same bits as the int32 indices; any negative value means no adapter."""
+    y, x, wb, wa = make(31, 37, 24, 16, 20, 8, 4, 2, dtype)
+    g = gen(32)
+    idx32 = torch.randint(-1, 5, (37,), generator=g, dtype=torch.int32)  # 4 == W: no adapter too
+    want = ft.add_lora(y, x, wb, idx32, wa, 1, 0.5, 2)
+    idx64 = idx32.to(torch.int64)
+    idx64[idx64 == -1] = -(2 ** 62)
+    assert torch.equal(ft.add_lora(y, x, wb, idx64, wa, 1, 0.5, 2), want)
+    wide = torch.full((37, 3), 99, dtype=torch.int64)
+    wide[:, 1] = idx64
+    assert not wide[:, 1].is_contiguous()
+    assert torch.equal(ft.add_lora(y, x, wb, wide[:, 1], wa, 1, 0.5, 2), want)
+    yy = y.clone()
+    ft.add_lora_(yy, x, wb, wide[:, 1], wa, 1, 0.5, 2)
+    assert torch.equal(yy, want)
+
+
 def test_empty_batch_is_a_no_op():
     y, x, wb, wa = make(9, 1, 8, 6, 6, 2, 2, 1, torch.float32)
     e_y, e_x, e_i = y[:0], x[:0], torch.zeros(0, dtype=torch.int64)
@@ -315,8 +335,10 @@ def test_refusals_raise_with_the_library_message_and_modify_nothing():
         (dict(y_slice_size=5), r"ySliceSize = 5 must be -1 or H2 = 12", 561002),
         (dict(y_offset=1), r"yOffset = 1 with H2 = 12 does not fit y's 12 columns", 561002),
         (dict(indices=idx.float()), r"indices has dtype float32", 161002),
-        (dict(indices=torch.tensor([0, 1, -1, 2, 2 ** 40])),
-         r"indices\[4\] = 1099511627776 is not an adapter slot", 561002),
+        (dict(indices=torch.tensor([0, 1, -1, 2, 2 ** 40])),  # int64, read as it is (2^40 is
+         r"indices\[4\] = 1099511627776 but weightB has 3 adapters", 561002),  # 0 in int32)
+        (dict(indices=torch.tensor([0, 1, -1, 2, 2 ** 32 + 1])),
+         r"indices\[4\] = 4294967297 but weightB has 3 adapters", 561002),
     ]
     for change, pattern, code in cases:
         args = dict(y=y, x=x, wb=wb, indices=idx, wa=wa, layer_idx=0, y_offset=0,
