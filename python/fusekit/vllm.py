@@ -32,7 +32,8 @@ __all__ = ["register", "unregister", "KNOWN_VERSIONS", "is_patched"]
 #: vLLM versions whose ``PunicaWrapperCPU`` this plugin was written and tested against.
 KNOWN_VERSIONS = ("0.32.0",)
 
-_log = logging.getLogger("fusekit.vllm")
+# A child of vLLM's logger: vLLM's handler and format print its lines in every vLLM process.
+_log = logging.getLogger("vllm.fusekit")
 _ORIGINAL = {}  # method name -> vLLM's function, once patched
 
 # The parameters each patched method must have (names and order), as vLLM 0.32 defines them.

@@ -122,17 +122,45 @@ def test_logits_and_embedding(stock):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
 
 
-def test_off_switch_and_unknown_version_leave_vllm_untouched(stock, monkeypatch, caplog):
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_off_switch_and_unknown_version_leave_vllm_untouched(stock, monkeypatch):
     original = PunicaWrapperCPU.add_lora_linear
     monkeypatch.setenv("FUSEKIT_VLLM", "0")
     fv.register()
     assert PunicaWrapperCPU.add_lora_linear is original and not fv.is_patched()
     monkeypatch.delenv("FUSEKIT_VLLM")
     monkeypatch.setattr(vllm, "__version__", "0.31.9")
-    with caplog.at_level(logging.WARNING, logger="fusekit.vllm"):
+    lines = _Lines()
+    fv._log.addHandler(lines)
+    try:
         fv.register()
+    finally:
+        fv._log.removeHandler(lines)
     assert PunicaWrapperCPU.add_lora_linear is original and not fv.is_patched()
-    assert "0.31.9 is not a version" in caplog.text
+    assert any("0.31.9 is not a version" in m for m in lines.lines), lines.lines
+
+
+def test_register_logs_one_line(stock):
+    lines = _Lines()
+    fv._log.addHandler(lines)
+    level = fv._log.level
+    fv._log.setLevel(logging.INFO)
+    try:
+        fv.register()
+        fv.register()  # idempotent: patched once, said once
+    finally:
+        fv._log.removeHandler(lines)
+        fv._log.setLevel(level)
+    assert [m for m in lines.lines if "runs LoRA on fusekit's AddLora" in m] == lines.lines
+    assert len(lines.lines) == 1
 
 
 def test_vllm_loads_the_plugin_from_the_installed_wheel(stock):
