@@ -105,6 +105,16 @@ def register() -> None:
 
 
 _DTYPES = None
+_ADD_LORA_ = None
+
+
+def _op():
+    """fusekit.torch.add_lora_, imported once (these methods run per layer and step)."""
+    global _ADD_LORA_
+    if _ADD_LORA_ is None:
+        from fusekit.torch import add_lora_
+        _ADD_LORA_ = add_lora_
+    return _ADD_LORA_
 
 
 def _fits(*tensors) -> bool:
@@ -122,7 +132,7 @@ def _add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_s
     if not _fits(y, x, *lora_a_stacked, *lora_b_stacked):
         return _ORIGINAL["add_lora_linear"](self, y, x, lora_a_stacked, lora_b_stacked, scale,
                                             output_slices, buffer=buffer, **kwargs)
-    from fusekit.torch import add_lora_
+    add_lora_ = _op()
     y2 = y.view(-1, y.shape[-1])
     x2 = x.view(-1, x.shape[-1])
     idx = self.token_lora_indices[: x2.shape[0]]
@@ -137,7 +147,7 @@ def _add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffe
     if not _fits(y, x, lora_a_stacked, lora_b_stacked):
         return _ORIGINAL["add_lora_logits"](self, y, x, lora_a_stacked, lora_b_stacked, scale,
                                             buffer=buffer, **kwargs)
-    from fusekit.torch import add_lora_
+    add_lora_ = _op()
     y2 = y.view(-1, y.shape[-1])
     x2 = x.view(-1, x.shape[-1])
     # The adapter and the model may pad the vocabulary differently: the common columns, as vLLM.
@@ -149,7 +159,7 @@ def _add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffe
 def _add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True, **kwargs):
     if not add_inputs or not _fits(y, x, lora_b_stacked):
         return _ORIGINAL["add_lora_embedding"](self, y, x, lora_b_stacked, add_inputs, **kwargs)
-    from fusekit.torch import add_lora_
+    add_lora_ = _op()
     y2 = y.view(-1, y.shape[-1])
     x2 = x.view(-1, x.shape[-1])
     add_lora_(y2, x2, lora_b_stacked, self.token_lora_indices[: x2.shape[0]], None, 0, 1.0, 0,
