@@ -15,8 +15,9 @@ Run it with the interpreter of ``scripts/python_env.sh vllm`` and fusekit instal
 distribution (vLLM's worker processes load plugins from entry points only), e.g.
 ``pip install --target SITE dist/fusekit-*.whl`` and ``PYTHONPATH=SITE``. Reports, per
 configuration, the median seconds of the timed generate calls, tokens per second, the LoRA
-overhead (time with mixed adapters / time without LoRA), and the seconds spent inside the punica
-wrapper's LoRA methods (stock vLLM's torch ops, or fusekit's AddLora).
+overhead (time with mixed adapters / time without LoRA), and the seconds of each batch spent
+inside the punica wrapper's LoRA methods (stock vLLM's torch ops, or fusekit's AddLora), clocked
+in vLLM's worker process (``LLM.collective_rpc``).
 """
 
 from __future__ import annotations
@@ -96,47 +97,62 @@ def child(args):
                 for i in range(args.prompts)]
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, min_tokens=args.tokens,
                             ignore_eos=True, detokenize=False)
-    method_time = time_lora_methods() if enable_lora else None
+    if enable_lora:  # the LoRA methods' own time, measured inside the engine's worker
+        assert all(llm.collective_rpc(_install_timer))
     llm.generate(prompts, params, lora_request=lora, use_tqdm=False)  # warm-up (loads adapters)
     times, lora_times = [], []
     for _ in range(args.repeats):
-        if method_time is not None:
-            method_time[0] = 0.0
+        if enable_lora:
+            llm.collective_rpc(_read_timer, args=(True,))
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params, lora_request=lora, use_tqdm=False)
         times.append(time.perf_counter() - t0)
-        if method_time is not None:
-            lora_times.append(method_time[0])
+        if enable_lora:
+            lora_times.append(sum(llm.collective_rpc(_read_timer, args=(True,))))
         assert all(len(o.outputs[0].token_ids) == args.tokens for o in outs)
     print("RESULT " + json.dumps({"times": times, "lora_method_times": lora_times}), flush=True)
 
 
-def time_lora_methods():
-    """Wraps PunicaWrapperCPU's LoRA entry points (whichever they are now: vLLM's, or fusekit's
-    once the plugin has patched them) with a clock; returns the one-element list the seconds
-    spent inside them add up in. The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING
-    =0, set by main for every configuration), so the layers call the wrapped methods. Nested calls
-    (add_lora_linear calls add_shrink and add_expand in stock vLLM) are counted once."""
+def _install_timer(worker):
+    """Run in vLLM's worker process (LLM.collective_rpc): wraps PunicaWrapperCPU's LoRA entry
+    points, whichever they are there (vLLM's, or fusekit's once the plugin has patched them), with
+    a clock. Nested calls (stock add_lora_linear calls add_shrink and add_expand) count once."""
+    import time as _time
+
     from vllm.lora.punica_wrapper import punica_cpu
 
-    total, depth = [0.0], [0]
     cls = punica_cpu.PunicaWrapperCPU
+    if hasattr(cls, "_bench_total"):
+        return True
+    total, depth = [0.0], [0]
+    cls._bench_total = total
     for name in ("add_lora_linear", "add_lora_logits", "add_lora_embedding", "add_shrink",
                  "add_expand"):
         fn = getattr(cls, name)
 
         def timed(*a, __fn=fn, **kw):
             depth[0] += 1
-            t0 = time.perf_counter()
+            t0 = _time.perf_counter()
             try:
                 return __fn(*a, **kw)
             finally:
                 depth[0] -= 1
                 if depth[0] == 0:
-                    total[0] += time.perf_counter() - t0
+                    total[0] += _time.perf_counter() - t0
 
         setattr(cls, name, timed)
-    return total
+    return True
+
+
+def _read_timer(worker, reset):
+    """Run in the worker: the seconds spent in the LoRA methods since the last reset."""
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    total = punica_cpu.PunicaWrapperCPU._bench_total
+    got = total[0]
+    if reset:
+        total[0] = 0.0
+    return got
 
 
 def main():
@@ -164,8 +180,9 @@ def main():
     print(f"model and adapters in {args.workdir} ({time.perf_counter() - t0:.0f} s)", flush=True)
     results = {}
     for name, (_, flag) in CONFIGS.items():
+        # A function sent to the worker (collective_rpc) needs vLLM's pickle-based serialization.
         env = dict(os.environ, FUSEKIT_VLLM=flag, VLLM_TARGET_DEVICE="cpu",
-                   VLLM_ENABLE_V1_MULTIPROCESSING="0")
+                   VLLM_ALLOW_INSECURE_SERIALIZATION="1")
         p = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", name], env=env,
                            capture_output=True, text=True)
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -182,9 +199,9 @@ def main():
                          "tokens_per_s": args.prompts * args.tokens / med}
         extra = ""
         if got["lora_method_times"]:
-            results[name]["lora_method_times_s"] = got["lora_method_times"]
-            results[name]["lora_method_median_s"] = statistics.median(got["lora_method_times"])
-            extra = f", {results[name]['lora_method_median_s']:.2f} s in the LoRA methods"
+            lt = got["lora_method_times"]
+            results[name].update(lora_methods_s=lt, lora_methods_median_s=statistics.median(lt))
+            extra = f", {statistics.median(lt):.2f} s of it in the LoRA methods"
         print(f"{name:>18}: {med:.2f} s per batch (median of {len(times)}), "
               f"{results[name]['tokens_per_s']:.1f} tokens/s{extra}", flush=True)
     base = results["no LoRA"]["median_s"]
@@ -193,9 +210,9 @@ def main():
         print(f"{name:>18}: LoRA overhead {results[name]['lora_overhead']:.2f}x (time / no LoRA)")
     speedup = results["stock vLLM LoRA"]["median_s"] / results["vLLM + fusekit"]["median_s"]
     print(f"fusekit plugin vs stock vLLM LoRA: {speedup:.2f}x")
-    methods = (results["stock vLLM LoRA"]["lora_method_median_s"] /
-               results["vLLM + fusekit"]["lora_method_median_s"])
-    print(f"LoRA methods' own time, stock / fusekit: {methods:.2f}x")
+    methods_ratio = (results["stock vLLM LoRA"]["lora_methods_median_s"] /
+                     results["vLLM + fusekit"]["lora_methods_median_s"])
+    print(f"LoRA methods' own time, stock / fusekit: {methods_ratio:.1f}x")
     import torch
     import vllm
     out = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -203,7 +220,7 @@ def main():
                        "vllm": vllm.__version__, "torch": torch.__version__},
            "config": {k: v for k, v in vars(args).items() if k != "child"},
            "results": results, "plugin_vs_stock": speedup,
-           "lora_methods_stock_vs_plugin": methods}
+           "lora_methods_stock_vs_plugin": methods_ratio}
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
