@@ -370,6 +370,14 @@ def test_keras_fit_save_load_resumes(tmp_path):
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 32
     for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
         assert_bitwise(b.numpy(), a.numpy(), f"optimizer variable {a.path}")
+    # A new process finds the optimizer once fusekit.tensorflow is imported.
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys, keras, fusekit.tensorflow; "
+         "o = keras.models.load_model(sys.argv[1]).optimizer; "
+         "print(type(o).__module__, type(o).__name__, int(o.iterations))", str(path)],
+        capture_output=True, text=True, timeout=300)
+    assert run.stdout.split() == ["fusekit.tensorflow._keras", "LazyAdam", "32"], \
+        run.stdout + run.stderr[-3000:]
     for m in (model, loaded):
         m.fit(x[:64], y[:64], batch_size=32, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(model.weights, loaded.weights):

@@ -92,11 +92,9 @@ def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float =
         use_locking=use_locking, copy_on_read=copy_on_read, name=name)
 
 
-def __getattr__(name):  # the Keras optimizer, imported on first use (it imports keras)
-    if name == "LazyAdam":
-        from ._keras import LazyAdam
-        return LazyAdam
-    raise AttributeError(f"module 'fusekit.tensorflow' has no attribute {name!r}")
+# The Keras 3 optimizer, registered with Keras on import (so that keras.models.load_model finds
+# "fusekit>LazyAdam" once fusekit.tensorflow is imported). Keras comes with TensorFlow 2.16+.
+from ._keras import LazyAdam  # noqa: E402
 
 
 __all__ = ["op_library_path", "load", "lazy_adam", "resource_sparse_apply_lazy_adam", "LazyAdam"]
