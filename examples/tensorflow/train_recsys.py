@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import pathlib
 import platform
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -35,43 +35,13 @@ import keras  # noqa: E402
 
 import fusekit.tensorflow as ft  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+from recsys_data import World  # noqa: E402  (examples/python/recsys_data.py)
+
 OPTIMIZERS = {
     "keras": ("keras.optimizers.Adam", keras.optimizers.Adam),
     "fusekit": ("fusekit.tensorflow.LazyAdam", ft.LazyAdam),
 }
-
-
-class ZipfIds:
-    """Ids 0..n-1 drawn with P(rank r) proportional to (r + 1)^-s; rank r is id perm[r]."""
-
-    def __init__(self, n, s, rng):
-        w = np.arange(1, n + 1, dtype=np.float64) ** -s
-        self.cdf = np.cumsum(w) / w.sum()
-        self.perm = rng.permutation(n)
-
-    def draw(self, size, rng):
-        ranks = np.searchsorted(self.cdf, rng.random(size), side="right")
-        return self.perm[np.minimum(ranks, len(self.perm) - 1)]
-
-
-class World:
-    """The planted truth: click probability sigmoid(scale * <a_u, b_i> + bias_i)."""
-
-    def __init__(self, users, items, rank, seed, zipf_s):
-        rng = np.random.default_rng(seed)
-        self.user_ids, self.item_ids = ZipfIds(users, zipf_s, rng), ZipfIds(items, zipf_s, rng)
-        self.a = rng.standard_normal((users, rank)).astype(np.float32)
-        self.b = rng.standard_normal((items, rank)).astype(np.float32)
-        self.bias = (rng.standard_normal(items) * 0.8 - 0.3).astype(np.float32)
-        self.scale = np.float32(2.0 / math.sqrt(rank))
-
-    def logits(self, u, i):
-        return self.scale * np.einsum("nk,nk->n", self.a[u], self.b[i]) + self.bias[i]
-
-    def sample(self, n, rng):
-        u, i = self.user_ids.draw(n, rng), self.item_ids.draw(n, rng)
-        y = (rng.random(n) < 1.0 / (1.0 + np.exp(-self.logits(u, i)))).astype(np.float32)
-        return u.astype(np.int32), i.astype(np.int32), y
 
 
 def two_tower(users, items, dim, hidden, seed):
@@ -178,8 +148,8 @@ def main(argv=None):
     users, items = args.rows
     world = World(users, items, rank=8, seed=args.seed, zipf_s=args.zipf)
     rng = np.random.default_rng(args.seed + 1)
-    batches = [world.sample(args.batch, rng) for _ in range(args.steps)]
-    hu, hi, hy = world.sample(args.heldout, np.random.default_rng(args.seed + 2))
+    batches = [world.sample(args.batch, rng, np.int32) for _ in range(args.steps)]
+    hu, hi, hy = world.sample(args.heldout, np.random.default_rng(args.seed + 2), np.int32)
     oracle = log_loss(world.logits(hu, hi), hy)
     print(f"data: {args.steps} batches of {args.batch}, {users:,} users x {items:,} items, dim "
           f"{args.dim}; a batch touches {len(np.unique(batches[0][0])):,} distinct users; "

@@ -26,6 +26,18 @@ def sparse_rows(gradient: tf.IndexedSlices, variable):
     return tf.cast(gradient.values, tf.float32), gradient.indices
 
 
+def adam_arguments(who, beta_1, beta_2, epsilon, kwargs):
+    """Adam's beta_1, beta_2, epsilon as floats (the op takes them as attributes) and the other
+    arguments less ``amsgrad``, which a lazy update does not have; refusals name ``who``."""
+    if kwargs.pop("amsgrad", False):
+        raise ValueError(f"{who}: amsgrad is not supported")
+    for key, value in (("beta_1", beta_1), ("beta_2", beta_2), ("epsilon", epsilon)):
+        if not isinstance(value, (int, float)):
+            raise TypeError(f"{who}: {key} must be a float, got {type(value).__name__}")
+    return dict(beta_1=float(beta_1), beta_2=float(beta_2), epsilon=float(epsilon),
+                amsgrad=False, **kwargs)
+
+
 @keras.saving.register_keras_serializable(package="fusekit")
 class LazyAdam(keras.optimizers.Adam):
     """Adam that updates only the rows an ``IndexedSlices`` gradient names (an embedding table's
@@ -47,18 +59,11 @@ class LazyAdam(keras.optimizers.Adam):
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  name="lazy_adam", **kwargs):
-        if kwargs.pop("amsgrad", False):
-            raise ValueError("fusekit.tensorflow.LazyAdam: amsgrad is not supported")
         if kwargs.get("weight_decay") is not None:
             raise ValueError("fusekit.tensorflow.LazyAdam: weight_decay is not supported (a lazy "
                              "update touches only the batch's rows; decay would touch them all)")
-        for key, value in (("beta_1", beta_1), ("beta_2", beta_2), ("epsilon", epsilon)):
-            if not isinstance(value, (int, float)):
-                raise TypeError(f"fusekit.tensorflow.LazyAdam: {key} must be a float, got "
-                                f"{type(value).__name__}")
-        super().__init__(learning_rate=learning_rate, beta_1=float(beta_1),
-                         beta_2=float(beta_2), epsilon=float(epsilon), amsgrad=False, name=name,
-                         **kwargs)
+        super().__init__(learning_rate=learning_rate, name=name, **adam_arguments(
+            "fusekit.tensorflow.LazyAdam", beta_1, beta_2, epsilon, kwargs))
 
     def update_step(self, gradient, variable, learning_rate):
         rows = sparse_rows(gradient, variable) if isinstance(gradient, tf.IndexedSlices) else None

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from . import resource_sparse_apply_lazy_adam
-from ._keras import sparse_rows
+from ._keras import adam_arguments, sparse_rows
 
 
 @tf_keras.utils.register_keras_serializable(package="fusekit")
@@ -19,15 +19,8 @@ class LazyAdam(tf_keras.optimizers.legacy.Adam):
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  name="LazyAdam", **kwargs):
-        if kwargs.pop("amsgrad", False):
-            raise ValueError("fusekit.tensorflow.legacy.LazyAdam: amsgrad is not supported")
-        for key, value in (("beta_1", beta_1), ("beta_2", beta_2), ("epsilon", epsilon)):
-            if not isinstance(value, (int, float)):
-                raise TypeError(f"fusekit.tensorflow.legacy.LazyAdam: {key} must be a float, "
-                                f"got {type(value).__name__}")
-        super().__init__(learning_rate=learning_rate, beta_1=float(beta_1),
-                         beta_2=float(beta_2), epsilon=float(epsilon), amsgrad=False, name=name,
-                         **kwargs)
+        super().__init__(learning_rate=learning_rate, name=name, **adam_arguments(
+            "fusekit.tensorflow.legacy.LazyAdam", beta_1, beta_2, epsilon, kwargs))
         self._fusekit_betas = (float(beta_1), float(beta_2))
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
