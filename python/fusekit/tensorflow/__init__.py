@@ -79,17 +79,19 @@ def lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1: float, 
 def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float = 0.9,
                                     beta2: float = 0.999, epsilon: float = 1e-7,
                                     use_locking: bool = False, copy_on_read: bool = True,
-                                    name=None):
+                                    huge_pages: bool = True, name=None):
     """One LazyAdam step on resource variables ``var``, ``m``, ``v`` (float32 [rows, dim]), the
     rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
     ``grad`` [N, dim]; ``lr`` the bias-corrected step. ``use_locking``: hold the variables'
     locks exclusively. ``copy_on_read`` (TensorFlow's convention for sparse applies): switch the
     variables to copy-on-read mode; ``False`` keeps their mode and copies a variable only when a
-    live read shares its buffer (what a table read whole every step needs). Returns the op."""
+    live read shares its buffer (what a table read whole every step needs). ``huge_pages``:
+    advise each table of at least 2 MiB onto huge pages once, where it is (nothing moves; a step
+    at random rows is faster on them). Returns the op."""
     handles = [x.handle if hasattr(x, "handle") else x for x in (var, m, v)]
     return load().fusekit_resource_sparse_apply_lazy_adam(
         *handles, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
-        use_locking=use_locking, copy_on_read=copy_on_read, name=name)
+        use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=huge_pages, name=name)
 
 
 # The Keras 3 optimizer, registered with Keras on import (so that keras.models.load_model finds
