@@ -238,9 +238,13 @@ def test_resource_op_refusals():
     indices[7] = -5  # padding: skipped
     with pytest.raises(tf.errors.InvalidArgumentError, match="gradient must be"):
         ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad[:, :2], indices)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="float32 variable"):
-        ft.resource_sparse_apply_lazy_adam(tf.Variable(var.astype(np.float64)), tm, tvv, 0.1,
-                                           grad, indices)
+    for copy_on_read in (True, False):  # refused before the locking helpers touch it
+        wide = tf.Variable(var.astype(np.float64))
+        held = wide.value()  # a live read: the helpers would copy the table
+        with pytest.raises(tf.errors.InvalidArgumentError, match="var must be a float32 variable"):
+            ft.resource_sparse_apply_lazy_adam(wide, tm, tvv, 0.1, grad, indices,
+                                               copy_on_read=copy_on_read)
+        del held
     with pytest.raises(tf.errors.InvalidArgumentError, match="must have var's shape"):
         ft.resource_sparse_apply_lazy_adam(tv, tf.Variable(m[:5]), tvv, 0.1, grad, indices)
     with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match="int32|int64|float"):

@@ -257,6 +257,9 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
     // copies them, so no read shares these buffers. Otherwise: exclusive locks, and a buffer that
     // a live read shares is copied first (copy-on-write, as TensorFlow's dense applies do); a
     // variable already in copy-on-read mode is updated in place.
+    // The dtypes first: the locking helpers copy a float table (a variable of another dtype
+    // would abort TensorFlow there).
+    for (int i = 0; i < 3; ++i) OP_REQUIRES_OK(ctx, check_variable(ctx, i));
     auto locks = tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, float>(
         ctx, copy_on_read_ ? use_exclusive_lock_ : true, /*sparse=*/copy_on_read_, {0, 1, 2});
     Tensor tables[3];  // var, m, v
@@ -271,11 +274,13 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
 
  private:
   // The tensor of variable `input` to update in place (its lock held).
-  absl::Status table(OpKernelContext *ctx, int input, Tensor *out) const {
+  // Variable `input` holds an initialized float32 tensor (read under its lock).
+  static absl::Status check_variable(OpKernelContext *ctx, int input) {
     static constexpr const char *kNames[3] = {"var", "m", "v"};
     tensorflow::core::RefCountPtr<tensorflow::Var> var;
     TF_RETURN_IF_ERROR(
         tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, input), &var));
+    tsl::tf_shared_lock lock(*var->mu());
     if (!var->tensor()->IsInitialized()) {
       return absl::FailedPreconditionError(
           std::string("FusekitResourceSparseApplyLazyAdam: attempting to use uninitialized "
@@ -287,6 +292,14 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
                                         kNames[input] + " must be a float32 variable, got " +
                                         tensorflow::DataTypeString(var->tensor()->dtype()));
     }
+    return absl::OkStatus();
+  }
+
+  // The tensor of variable `input` to update in place (its lock held; checked before).
+  absl::Status table(OpKernelContext *ctx, int input, Tensor *out) const {
+    tensorflow::core::RefCountPtr<tensorflow::Var> var;
+    TF_RETURN_IF_ERROR(
+        tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, input), &var));
     if (!copy_on_read_ && !var->copy_on_read_mode.load()) {
       TF_RETURN_IF_ERROR(tensorflow::PrepareToUpdateVariable<CPUDevice, float>(
           ctx, var->tensor(), /*copy_on_read_mode=*/false));
