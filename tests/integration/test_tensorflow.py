@@ -251,6 +251,13 @@ def test_resource_op_refusals():
         ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad, tf.constant(indices, tf.float32))
     ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad[:0], indices[:0])  # N = 0
     assert_bitwise(tv.numpy(), var, "N = 0 changes nothing")
+    graph = tf.Graph()  # variables never initialized: refused, not crashed
+    with graph.as_default():
+        gv, gm, gvv = (tf.compat.v1.Variable(x, use_resource=True) for x in (var, m, v))
+        update = ft.resource_sparse_apply_lazy_adam(gv, gm, gvv, 0.1, grad, indices)
+        with tf.compat.v1.Session(graph=graph) as session:
+            with pytest.raises((tf.errors.FailedPreconditionError, tf.errors.NotFoundError)):
+                session.run(update)
 
 
 # ---------------------------------------------------------------------------------------------
