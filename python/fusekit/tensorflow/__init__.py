@@ -72,8 +72,14 @@ def lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1: float, 
     ``input_var`` (float32 [rows, dim]; TF1 ref variables in graph mode, as mx_rec passes them);
     ``gradient`` float32 [N, dim], ``indices`` int32 [N, 1] or [N]; ``lr`` the bias-corrected
     step ``lr * sqrt(1 - beta2^t) / (1 - beta1^t)``. Returns the updated (m, v, var)."""
-    return load().lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1=beta1,
-                            beta2=beta2, epsilon=epsilon, name=name)
+    ops = load()
+    if not hasattr(ops, "lazy_adam"):
+        raise RuntimeError(
+            "fusekit.tensorflow.lazy_adam: the op LazyAdam was registered by another library "
+            "loaded before fusekit's (mx_rec's): call that library's lazy_adam wrapper; "
+            "fusekit's kernel is the one that runs (registered with a higher priority)")
+    return ops.lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1=beta1,
+                         beta2=beta2, epsilon=epsilon, name=name)
 
 
 def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float = 0.9,
