@@ -368,6 +368,12 @@ def test_keras_config_schedule_and_refusals():
         opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, 2)), tf.constant([0, 9]),
                                                tf.constant([4, 2])), bad)])
     assert_bitwise(bad.numpy(), np.ones((4, 2), np.float32), "refused: unchanged")
+    # XLA has no kernel for the op (docs/tensorflow.md): jit_compile=True is refused clearly.
+    model = embedding_model(10, 4, SEED)
+    model.compile(ft.LazyAdam(), "mse", jit_compile=True)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="FusekitResourceSparseApplyLazyAdam.*XLA|XLA.*FusekitResource"):
+        model.train_on_batch(np.array([[1, 2, 3]], np.int32), np.ones((1, 1), np.float32))
 
 
 def test_keras_fit_save_load_resumes(tmp_path):
