@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import pathlib
 import platform
@@ -37,6 +36,8 @@ import time
 import numpy as np
 import torch
 from torch import nn
+
+from recsys_data import World
 
 
 def _torch_sparse_adam(params, lr):
@@ -77,38 +78,8 @@ def state_bytes(opt):
 
 
 # ---- data ----------------------------------------------------------------------------------
-class ZipfIds:
-    """Ids 0..n-1 drawn with P(rank r) proportional to (r + 1)^-s; rank r is id perm[r]."""
-
-    def __init__(self, n, s, rng):
-        w = (np.arange(1, n + 1, dtype=np.float64)) ** -s
-        self.cdf = np.cumsum(w)
-        self.cdf /= self.cdf[-1]
-        self.perm = rng.permutation(n)
-
-    def draw(self, size, rng):
-        ranks = np.searchsorted(self.cdf, rng.random(size), side="right")
-        return self.perm[np.minimum(ranks, len(self.perm) - 1)]
-
-
-class World:
-    """The planted ground truth: click probability sigmoid(scale * <a_u, b_i> + bias_i)."""
-
-    def __init__(self, users, items, rank, seed, zipf_s):
-        rng = np.random.default_rng(seed)
-        self.user_ids = ZipfIds(users, zipf_s, rng)
-        self.item_ids = ZipfIds(items, zipf_s, rng)
-        self.a = rng.standard_normal((users, rank)).astype(np.float32)
-        self.b = rng.standard_normal((items, rank)).astype(np.float32)
-        self.bias = (rng.standard_normal(items) * 0.8 - 0.3).astype(np.float32)
-        self.scale = np.float32(2.0 / math.sqrt(rank))
-
-    def sample(self, n, rng):
-        u = self.user_ids.draw(n, rng)
-        i = self.item_ids.draw(n, rng)
-        logit = self.scale * np.einsum("nk,nk->n", self.a[u], self.b[i]) + self.bias[i]
-        y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
-        return u.astype(np.int64), i.astype(np.int64), y
+# ZipfIds and World (the planted truth) live in recsys_data.py, shared with
+# examples/tensorflow/train_recsys.py.
 
 
 # ---- model ---------------------------------------------------------------------------------
@@ -275,7 +246,7 @@ def main(argv=None):
         batches.append((torch.from_numpy(u), torch.from_numpy(i), torch.from_numpy(y)))
     hu, hi, hy = world.sample(args.heldout, np.random.default_rng(args.seed + 2))
     # The log loss of the true click probabilities on the held-out set: the floor to aim at.
-    logit = world.scale * np.einsum("nk,nk->n", world.a[hu], world.b[hi]) + world.bias[hi]
+    logit = world.logits(hu, hi)
     oracle = log_loss(torch.from_numpy(logit), torch.from_numpy(hy))
     oracle_auc = auc(logit, hy)
     heldout = (torch.from_numpy(hu), torch.from_numpy(hi), torch.from_numpy(hy))

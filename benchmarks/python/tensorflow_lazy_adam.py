@@ -1,0 +1,144 @@
+"""fusekit.tensorflow's speed (docs/tensorflow.md, "Speed"): three measurements in one run.
+
+1. op: FusekitResourceSparseApplyLazyAdam alone at the seed shape (table 2,000,000 x 32 float32,
+   564,096 distinct rows, eager), in GB/s at 28 bytes per element plus the 4-byte index, and, with
+   --cpp-bench, the C++ benchmark (benchmarks/lazy_adam_bench, BM_LazyAdam at D = 32) run right
+   after in the same process tree, for the ratio.
+2. keras: one Keras 3 train step (model.train_on_batch) of Embedding(2_000_000, 32) -> sum -> a
+   Dense head, a batch of 564,096 distinct ids, with keras.optimizers.Adam and with
+   fusekit.tensorflow.LazyAdam.
+3. growth: LazyAdam's train step at a fixed 65,536 touched rows and tables of 200,000 and
+   2,000,000 rows: the step time should not grow with the table (no full-table copy per step).
+
+Medians of --repeats timed runs after a warm-up. Benchmarks, not tests: nothing is asserted.
+
+  PYTHONPATH=build-tf/python python benchmarks/python/tensorflow_lazy_adam.py \
+      [--cpp-bench build-tf/benchmarks/lazy_adam_bench] [--repeats 7] [--json out.json]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+import fusekit.tensorflow as ft  # noqa: E402
+
+R, N, D = 2_000_000, 564_096, 32
+BYTES = N * (28 * D + 4)  # the C++ benchmark's count: m, v, var read and written, grad, index
+
+
+def median_time(fn, repeats):
+    fn()  # warm-up (tracing, first touch)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def op_tables(rng):
+    var = tf.Variable(rng.random((R, D), dtype=np.float32) + 1)
+    m = tf.Variable(tf.zeros((R, D)))
+    v = tf.Variable(tf.zeros((R, D)))
+    grad = tf.constant(rng.random((N, D), dtype=np.float32))
+    idx = tf.constant(rng.permutation(R)[:N].astype(np.int32))
+    return var, m, v, grad, idx
+
+
+def bench_op(tables, repeats):
+    var, m, v, grad, idx = tables
+    lr = tf.constant(1e-3)
+
+    def step():
+        ft.resource_sparse_apply_lazy_adam(var, m, v, lr, grad, idx, copy_on_read=False)
+    seconds = median_time(step, repeats)
+    return dict(seconds=seconds, gbps=BYTES / seconds / 1e9)
+
+
+def bench_cpp(path):
+    """BM_LazyAdam at D = 32: the median step of its 15 iterations, from its GB/s counter."""
+    out = subprocess.run([path, "--benchmark_filter=^BM_LazyAdam/D:32/",
+                          "--benchmark_format=json"], capture_output=True, text=True,
+                         check=True).stdout
+    b = json.loads(out)["benchmarks"][0]
+    return dict(name=b["name"], gbps=b["GB/s"], seconds=BYTES / (b["GB/s"] * 1e9))
+
+
+def sum_model(rows, seed=1):
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input((1,), dtype="int32")
+    x = keras.layers.Embedding(rows, D, name="table")(ids)
+    x = keras.layers.Flatten()(x)
+    out = keras.layers.Dense(1)(x)
+    return keras.Model(ids, out)
+
+
+def bench_keras_step(rows, n, make_optimizer, repeats, rng):
+    model = sum_model(rows)
+    model.compile(make_optimizer(), "mse")
+    x = rng.permutation(rows)[:n].astype(np.int32).reshape(n, 1)
+    y = rng.standard_normal((n, 1)).astype(np.float32)
+    xt, yt = tf.constant(x), tf.constant(y)
+    return median_time(lambda: model.train_on_batch(xt, yt), repeats)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cpp-bench", help="path of benchmarks/lazy_adam_bench")
+    parser.add_argument("--rounds", type=int, default=3, help="op / C++ rounds")
+    parser.add_argument("--skip", default="", help="comma-separated: op,keras,growth")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rng = np.random.default_rng(20261202)
+    skip = set(filter(None, args.skip.split(",")))
+    report = dict(date=time.strftime("%Y-%m-%d"), machine=platform.processor() or platform.machine(),
+                  cpus=len(os.sched_getaffinity(0)), tensorflow=tf.__version__,
+                  keras=keras.__version__)
+    if "op" not in skip:
+        # Rounds of (op, C++) back to back, so that load from elsewhere hits both alike.
+        rounds, tables = [], op_tables(rng)
+        for _ in range(args.rounds if args.cpp_bench else 1):
+            op = bench_op(tables, args.repeats)
+            cpp = bench_cpp(args.cpp_bench) if args.cpp_bench else None
+            rounds.append(dict(op=op, cpp=cpp))
+            print(f"op alone, seed shape: {op['seconds'] * 1e3:.1f} ms, {op['gbps']:.1f} GB/s" +
+                  (f"; C++ {cpp['name']}: {cpp['seconds'] * 1e3:.1f} ms; op / C++ = "
+                   f"{op['seconds'] / cpp['seconds']:.2f}" if cpp else ""), flush=True)
+        report["op_rounds"] = rounds
+        del tables
+        if args.cpp_bench:
+            report["op_over_cpp"] = statistics.median(
+                r["op"]["seconds"] / r["cpp"]["seconds"] for r in rounds)
+            print(f"op / C++, median of {len(rounds)} rounds: {report['op_over_cpp']:.2f}")
+    if "keras" not in skip:
+        for name, make in (("keras.optimizers.Adam", keras.optimizers.Adam),
+                           ("fusekit.tensorflow.LazyAdam", ft.LazyAdam)):
+            seconds = bench_keras_step(R, N, make, args.repeats, rng)
+            report.setdefault("keras_step", {})[name] = seconds
+            print(f"keras step, Embedding({R}, {D}), {N} rows: {name}: {seconds * 1e3:.1f} ms",
+                  flush=True)
+        k = report["keras_step"]
+        report["keras_speedup"] = k["keras.optimizers.Adam"] / k["fusekit.tensorflow.LazyAdam"]
+        print(f"speed-up: {report['keras_speedup']:.1f}x", flush=True)
+    if "growth" not in skip:
+        for rows in (200_000, 2_000_000):
+            seconds = bench_keras_step(rows, 65_536, ft.LazyAdam, args.repeats, rng)
+            report.setdefault("growth", {})[rows] = seconds
+            print(f"LazyAdam keras step, 65,536 rows of {rows}: {seconds * 1e3:.1f} ms", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

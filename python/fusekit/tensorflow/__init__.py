@@ -1,0 +1,108 @@
+"""fusekit for TensorFlow: LazyAdam as TensorFlow ops and as Keras optimizers (docs/tensorflow.md).
+
+- :func:`op_library_path`: the op library for ``tf.load_op_library``. It registers Rec SDK's
+  (mx_rec's) op ``LazyAdam`` with its exact signature and a real CPU kernel (fusekit's LazyAdam,
+  in place on TF1 ref variables, registered with a priority above mx_rec's CPU stub), and
+  ``FusekitResourceSparseApplyLazyAdam`` for resource variables (TensorFlow's locking conventions
+  for sparse applies).
+- :func:`load`: the loaded library (once per process); :func:`lazy_adam` and
+  :func:`resource_sparse_apply_lazy_adam` call its ops.
+- :class:`LazyAdam`: a Keras 3 optimizer that updates only the rows of an ``IndexedSlices``
+  gradient (and is ``keras.optimizers.Adam`` on dense gradients).
+- :mod:`fusekit.tensorflow.legacy`: ``LazyAdam`` for tf_keras' legacy optimizers.
+
+The op library is built with the package when the build's Python imports TensorFlow
+(``-DFUSEKIT_TENSORFLOW=ON``, or ``AUTO`` as ``pip install --no-build-isolation .`` asks), and
+works only with the TensorFlow minor version it was built against.
+"""
+
+from __future__ import annotations
+
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY = os.path.join(_HERE, "_fusekit_tf_ops.so")
+
+if not os.path.exists(_LIBRARY):
+    raise ImportError(
+        "fusekit.tensorflow: the op library _fusekit_tf_ops.so was not built with this copy of "
+        f"fusekit ({_HERE}). Build it with TensorFlow importable by the build's Python: "
+        "cmake -DFUSEKIT_PYTHON=ON -DFUSEKIT_TENSORFLOW=ON -DPython_EXECUTABLE=<python with "
+        "tensorflow> (then PYTHONPATH=<build>/python), or pip install --no-build-isolation . in "
+        "that environment. See docs/tensorflow.md.")
+
+import tensorflow as tf  # noqa: E402
+
+from ._built_with import TENSORFLOW_VERSION  # noqa: E402
+
+
+def _minor(version: str) -> tuple:
+    return tuple(version.split(".")[:2])
+
+
+if _minor(tf.__version__) != _minor(TENSORFLOW_VERSION):
+    raise ImportError(
+        f"fusekit.tensorflow: the op library was built against TensorFlow {TENSORFLOW_VERSION}, "
+        f"this process imports TensorFlow {tf.__version__}: an op library works only with the "
+        "minor version it was built with. Rebuild fusekit with this TensorFlow "
+        "(docs/tensorflow.md).")
+
+_ops = None
+
+
+def op_library_path() -> str:
+    """The path of the op library, for ``tf.load_op_library`` (mx_rec's ``LazyAdam`` and
+    ``FusekitResourceSparseApplyLazyAdam``)."""
+    return _LIBRARY
+
+
+def load():
+    """The op library, loaded once per process (``tf.load_op_library(op_library_path())``): a
+    module whose functions are the ops, ``lazy_adam`` and
+    ``fusekit_resource_sparse_apply_lazy_adam``."""
+    global _ops
+    if _ops is None:
+        _ops = tf.load_op_library(_LIBRARY)
+    return _ops
+
+
+def lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1: float, beta2: float,
+              epsilon: float, name=None):
+    """mx_rec's ``LazyAdam`` op: one LazyAdam step, in place on ``input_m``, ``input_v`` and
+    ``input_var`` (float32 [rows, dim]; TF1 ref variables in graph mode, as mx_rec passes them);
+    ``gradient`` float32 [N, dim], ``indices`` int32 [N, 1] or [N]; ``lr`` the bias-corrected
+    step ``lr * sqrt(1 - beta2^t) / (1 - beta1^t)``. Returns the updated (m, v, var)."""
+    ops = load()
+    if not hasattr(ops, "lazy_adam"):
+        raise RuntimeError(
+            "fusekit.tensorflow.lazy_adam: the op LazyAdam was registered by another library "
+            "loaded before fusekit's (mx_rec's): call that library's lazy_adam wrapper; "
+            "fusekit's kernel is the one that runs (registered with a higher priority)")
+    return ops.lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1=beta1,
+                         beta2=beta2, epsilon=epsilon, name=name)
+
+
+def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float = 0.9,
+                                    beta2: float = 0.999, epsilon: float = 1e-7,
+                                    use_locking: bool = False, copy_on_read: bool = True,
+                                    huge_pages: bool = True, name=None):
+    """One LazyAdam step on resource variables ``var``, ``m``, ``v`` (float32 [rows, dim]), the
+    rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
+    ``grad`` [N, dim]; ``lr`` the bias-corrected step. ``use_locking``: hold the variables'
+    locks exclusively. ``copy_on_read`` (TensorFlow's convention for sparse applies): switch the
+    variables to copy-on-read mode; ``False`` keeps their mode and copies a variable only when a
+    live read shares its buffer (what a table read whole every step needs). ``huge_pages``:
+    advise each table of at least 2 MiB onto huge pages once, where it is (nothing moves; a step
+    at random rows is faster on them). Returns the op."""
+    handles = [x.handle if hasattr(x, "handle") else x for x in (var, m, v)]
+    return load().fusekit_resource_sparse_apply_lazy_adam(
+        *handles, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
+        use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=huge_pages, name=name)
+
+
+# The Keras 3 optimizer, registered with Keras on import (so that keras.models.load_model finds
+# "fusekit>LazyAdam" once fusekit.tensorflow is imported). Keras comes with TensorFlow 2.16+.
+from ._keras import LazyAdam  # noqa: E402
+
+
+__all__ = ["op_library_path", "load", "lazy_adam", "resource_sparse_apply_lazy_adam", "LazyAdam"]

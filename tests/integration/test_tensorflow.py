@@ -1,0 +1,471 @@
+"""fusekit.tensorflow against TensorFlow 2.21, Keras 3.15 and tf-keras 2.21 (requirements/tensorflow.txt;
+the lane in .ci/integration builds the op library with -DFUSEKIT_TENSORFLOW=ON and runs this file
+with PYTHONPATH=<that build>/python).
+
+- mx_rec's call pattern, tf.compat.v1 graph mode on TF1 ref variables, against an independent NumPy
+  float32 reference (docs/lazy_adam.md's order of operations), bit for bit; in place; fusekit's
+  kernel winning over a stand-in for mx_rec's stub kernel in either load order.
+- FusekitResourceSparseApplyLazyAdam in eager mode and under tf.function, both locking modes,
+  int32 and int64 indices; a read taken before the update keeps its values.
+- Keras 3: fusekit.tensorflow.LazyAdam leaves the rows outside the batch bit for bit as they were
+  (keras.optimizers.Adam shown not to), its sparse step equals the reference, its dense step
+  equals keras.optimizers.Adam's, model.fit, schedules, get_config, .keras save and load.
+- tf_keras: fusekit.tensorflow.legacy.LazyAdam the same way.
+- Refusals: out-of-range index (InvalidArgumentError naming it, nothing modified), wrong dtypes
+  and shapes; the package without its op library.
+
+Random inputs from recorded seeds (SEED), with duplicate and negative indices; no timing.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+ft = pytest.importorskip("fusekit.tensorflow")
+
+SEED = 20261202
+B1, B2, EPS = 0.9, 0.999, 1e-7
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference: docs/lazy_adam.md, in NumPy float32, written here independently of the library.
+# ---------------------------------------------------------------------------------------------
+def reference_step(m, v, var, grad, indices, lr, beta1=B1, beta2=B2, epsilon=EPS):
+    """One LazyAdam step on copies of m, v, var: per distinct row r >= 0, g = the sum of its
+    gradient rows left to right; m = m*b1 + g*(1-b1); v = |v*b2 + (g*g)*(1-b2)|;
+    var = var + (m*-lr)/(sqrt(v)+eps); all float32."""
+    f = np.float32
+    m, v, var = m.copy(), v.copy(), var.copy()
+    b1, b2, eps, lr = f(beta1), f(beta2), f(epsilon), f(lr)
+    sums = {}
+    for position, r in enumerate(np.asarray(indices).reshape(-1)):
+        if r < 0:
+            continue
+        g = grad[position].astype(np.float32)
+        sums[int(r)] = g.copy() if int(r) not in sums else (sums[int(r)] + g).astype(np.float32)
+    for r, g in sums.items():
+        m[r] = m[r] * b1 + g * (f(1) - b1)
+        v[r] = np.abs(v[r] * b2 + (g * g) * (f(1) - b2))
+        var[r] = var[r] + (m[r] * -lr) / (np.sqrt(v[r]) + eps)
+    return m, v, var
+
+
+def random_case(rng, rows, dim, n):
+    """Tables with m, v >= 0 where they should be, and indices with duplicates and padding."""
+    m = rng.standard_normal((rows, dim)).astype(np.float32) * np.float32(0.1)
+    v = np.abs(rng.standard_normal((rows, dim))).astype(np.float32) * np.float32(0.01)
+    var = rng.standard_normal((rows, dim)).astype(np.float32)
+    grad = rng.standard_normal((n, dim)).astype(np.float32)
+    indices = rng.integers(-3, rows, n).astype(np.int32)  # duplicates (n ~ rows) and negatives
+    if n >= 4:
+        indices[1] = indices[3] = max(indices[0], 0)  # a row named three times at least
+        indices[2] = -1
+    return m, v, var, grad, indices
+
+
+def assert_bitwise(got, want, what):
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    if got.dtype != np.float32:
+        assert np.array_equal(got, want), f"{what}: {got!r} != {want!r}"
+        return
+    diff = np.flatnonzero(got.reshape(-1).view(np.uint32) != want.reshape(-1).view(np.uint32))
+    assert diff.size == 0, f"{what}: {diff.size} elements differ, first at {diff[0]}: " \
+                           f"{got.reshape(-1)[diff[0]]!r} != {want.reshape(-1)[diff[0]]!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# mx_rec's op, as mx_rec calls it: graph mode, TF1 ref variables.
+# ---------------------------------------------------------------------------------------------
+def mx_rec_graph(m0, v0, var0, beta1=B1, beta2=B2, epsilon=EPS, lazy_adam=None):
+    """mx_rec's create_hash_optimizer(use_fusion_optim=True) pattern: ref variables, lr_t with the
+    bias correction folded in, lazy_adam(grad, tf.expand_dims(indices, 1), m, v, var, lr_t, ...)."""
+    lazy_adam = lazy_adam or ft.load().lazy_adam
+    graph = tf.Graph()
+    with graph.as_default():
+        m = tf.compat.v1.Variable(m0, use_resource=False, name="m")
+        v = tf.compat.v1.Variable(v0, use_resource=False, name="v")
+        var = tf.compat.v1.Variable(var0, use_resource=False, name="var")
+        grad = tf.compat.v1.placeholder(tf.float32, [None, var0.shape[1]])
+        indices = tf.compat.v1.placeholder(tf.int32, [None])
+        step = tf.compat.v1.placeholder(tf.float32, [])
+        lr = tf.constant(0.01, tf.float32)
+        lr_t = lr * tf.sqrt(1 - tf.pow(beta2, step)) / (1 - tf.pow(beta1, step))
+        update = lazy_adam(grad, tf.expand_dims(indices, 1), m, v, var, lr_t, beta1=beta1,
+                           beta2=beta2, epsilon=epsilon)
+        init = tf.compat.v1.global_variables_initializer()
+    session = tf.compat.v1.Session(graph=graph)
+    session.run(init)
+    return session, dict(m=m, v=v, var=var, grad=grad, indices=indices, step=step, lr_t=lr_t,
+                         update=update)
+
+
+@pytest.mark.parametrize("dim", [7, 16, 37])  # below, at and above 16 float32 lanes
+def test_mx_rec_pattern_graph_mode_ref_variables_bitwise(dim):
+    rng = np.random.default_rng(SEED + dim)
+    rows, n = 40, 48
+    m, v, var, _, _ = random_case(rng, rows, dim, n)
+    session, g = mx_rec_graph(m, v, var)
+    with session:
+        for step in range(1, 4):
+            _, _, _, grad, indices = random_case(rng, rows, dim, n)
+            outputs, lr_t = session.run([g["update"], g["lr_t"]], {
+                g["grad"]: grad, g["indices"]: indices, g["step"]: step})
+            m, v, var = reference_step(m, v, var, grad, indices, lr_t)
+            # In place: the variables hold the update, and the outputs are the same values.
+            tables = session.run([g["m"], g["v"], g["var"]])
+            for name, got, out, want in zip("m v var".split(), tables, outputs, (m, v, var)):
+                assert_bitwise(got, want, f"step {step} {name}")
+                assert_bitwise(out, want, f"step {step} output {name}")
+
+
+def test_mx_rec_pattern_empty_batch_and_out_of_range():
+    rng = np.random.default_rng(SEED)
+    m, v, var, grad, indices = random_case(rng, 20, 5, 9)
+    session, g = mx_rec_graph(m, v, var)
+    tables = [g["m"], g["v"], g["var"]]
+    with session:
+        session.run(g["update"], {g["grad"]: np.zeros((0, 5), np.float32),
+                                  g["indices"]: np.zeros((0,), np.int32), g["step"]: 1})
+        for got, want in zip(session.run(tables), (m, v, var)):
+            assert_bitwise(got, want, "N = 0 changes nothing")
+        indices[5] = 20
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[5\] = 20 .*20 rows"):
+            session.run(g["update"], {g["grad"]: grad, g["indices"]: indices, g["step"]: 1})
+        for got, want in zip(session.run(tables), (m, v, var)):
+            assert_bitwise(got, want, "a refused step modifies nothing")
+
+
+def stub_library():
+    stub = pathlib.Path(ft.op_library_path()).parents[3] / "tests/tensorflow/_mx_rec_stub_ops.so"
+    if not stub.exists():
+        pytest.skip(f"no stand-in for mx_rec's op library at {stub} (built by the CMake build)")
+    return stub
+
+
+_KERNEL_CHECK = """
+import sys, numpy as np, tensorflow as tf
+import fusekit.tensorflow as ft
+first, second = sys.argv[1:3]
+libs = {"fusekit": ft.op_library_path(), "stub": sys.argv[3]}
+modules = {name: tf.load_op_library(libs[name]) for name in (first, second)}
+op = getattr(modules[first], "lazy_adam", None) or modules[second].lazy_adam
+var = np.ones((4, 3), np.float32)
+out = op(np.ones((1, 3), np.float32), np.array([[2]], np.int32), np.zeros((4, 3), np.float32),
+         np.zeros((4, 3), np.float32), var, np.float32(0.5), beta1=0.9, beta2=0.999, epsilon=1e-7)
+changed = np.flatnonzero((out[2].numpy() != 1).any(axis=1)).tolist()
+print("rows changed", changed)
+if first == "stub":  # fusekit's wrapper says where the op's wrapper is
+    try:
+        ft.lazy_adam(*([None] * 6), beta1=0.9, beta2=0.999, epsilon=1e-7)
+        sys.exit(2)
+    except RuntimeError as e:
+        assert "registered by another library" in str(e), e
+sys.exit(0 if changed == [2] else 1)
+"""
+
+
+@pytest.mark.parametrize("order", [("stub", "fusekit"), ("fusekit", "stub")])
+def test_fusekit_kernel_wins_over_mx_rec_stub(order):
+    """Both libraries register LazyAdam's CPU kernel; fusekit's priority picks its kernel."""
+    run = subprocess.run([sys.executable, "-c", _KERNEL_CHECK, *order, str(stub_library())],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+
+
+def test_mx_rec_op_refusals_eager():
+    lazy_adam = ft.load().lazy_adam
+    table = np.zeros((6, 4), np.float32)
+    kw = dict(beta1=B1, beta2=B2, epsilon=EPS)
+    grad, idx = np.ones((2, 4), np.float32), np.array([[1], [2]], np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="gradient must be"):
+        lazy_adam(np.ones((2, 5), np.float32), idx, table, table.copy(), table.copy(), 0.1, **kw)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must have var's shape"):
+        lazy_adam(grad, idx, np.zeros((6, 3), np.float32), table, table.copy(), 0.1, **kw)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="indices must be"):
+        lazy_adam(grad, np.ones((2, 2), np.int32), table, table.copy(), table.copy(), 0.1, **kw)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="lr must be a scalar"):
+        lazy_adam(grad, idx, table, table.copy(), table.copy(), [0.1, 0.2], **kw)
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError),
+                       match="int32|int64|float|double"):
+        lazy_adam(grad, tf.constant(idx, tf.int64), table, table.copy(), table.copy(), 0.1, **kw)
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError),
+                       match="float|double"):
+        lazy_adam(tf.constant(grad, tf.float64), idx, table, table.copy(), table.copy(), 0.1, **kw)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="beta1"):
+        lazy_adam(grad, idx, table, table.copy(), table.copy(), 0.1, beta1=1.0, beta2=B2,
+                  epsilon=EPS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The resource-variable op.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("copy_on_read", [True, False])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_resource_op_bitwise(mode, copy_on_read, index_dtype):
+    rng = np.random.default_rng(SEED + 7)
+    rows, dim, n = 30, 17, 40
+    m, v, var, _, _ = random_case(rng, rows, dim, n)
+    tv, tm, tvv = tf.Variable(var), tf.Variable(m), tf.Variable(v)
+
+    def step(lr, grad, indices):
+        ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, lr, grad, indices,
+                                           use_locking=copy_on_read, copy_on_read=copy_on_read)
+    if mode == "function":
+        step = tf.function(step)
+    for k in range(3):
+        _, _, _, grad, indices = random_case(rng, rows, dim, n)
+        lr = np.float32(0.01 * (k + 1))
+        held = tv.value()  # a read taken before the step keeps its values
+        step(tf.constant(lr), tf.constant(grad), tf.constant(indices.astype(index_dtype)))
+        assert_bitwise(held.numpy(), var, f"step {k}: the earlier read")
+        m, v, var = reference_step(m, v, var, grad, indices, lr)
+        for name, got, want in (("var", tv, var), ("m", tm, m), ("v", tvv, v)):
+            assert_bitwise(got.numpy(), want, f"step {k} {name}")
+
+
+def test_resource_op_refusals():
+    rng = np.random.default_rng(SEED + 11)
+    m, v, var, grad, indices = random_case(rng, 12, 3, 10)
+    tv, tm, tvv = tf.Variable(var), tf.Variable(m), tf.Variable(v)
+    indices[7] = 12
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[7\] = 12 .*12 rows"):
+        ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad, indices)
+    for name, got, want in (("var", tv, var), ("m", tm, m), ("v", tvv, v)):
+        assert_bitwise(got.numpy(), want, f"refused: {name} unchanged")
+    indices[7] = -5  # padding: skipped
+    with pytest.raises(tf.errors.InvalidArgumentError, match="gradient must be"):
+        ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad[:, :2], indices)
+    for copy_on_read in (True, False):  # refused before the locking helpers touch it
+        wide = tf.Variable(var.astype(np.float64))
+        held = wide.value()  # a live read: the helpers would copy the table
+        with pytest.raises(tf.errors.InvalidArgumentError, match="var must be a float32 variable"):
+            ft.resource_sparse_apply_lazy_adam(wide, tm, tvv, 0.1, grad, indices,
+                                               copy_on_read=copy_on_read)
+        del held
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must have var's shape"):
+        ft.resource_sparse_apply_lazy_adam(tv, tf.Variable(m[:5]), tvv, 0.1, grad, indices)
+    with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match="int32|int64|float"):
+        ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad, tf.constant(indices, tf.float32))
+    ft.resource_sparse_apply_lazy_adam(tv, tm, tvv, 0.1, grad[:0], indices[:0])  # N = 0
+    assert_bitwise(tv.numpy(), var, "N = 0 changes nothing")
+    graph = tf.Graph()  # variables never initialized: refused, not crashed
+    with graph.as_default():
+        gv, gm, gvv = (tf.compat.v1.Variable(x, use_resource=True) for x in (var, m, v))
+        update = ft.resource_sparse_apply_lazy_adam(gv, gm, gvv, 0.1, grad, indices)
+        with tf.compat.v1.Session(graph=graph) as session:
+            with pytest.raises((tf.errors.FailedPreconditionError, tf.errors.NotFoundError)):
+                session.run(update)
+
+
+# ---------------------------------------------------------------------------------------------
+# Keras 3.
+# ---------------------------------------------------------------------------------------------
+def embedding_model(rows, dim, seed):
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input((3,), dtype="int32")
+    x = keras.layers.Embedding(rows, dim, name="table")(ids)
+    x = keras.layers.Flatten()(x)
+    out = keras.layers.Dense(1, name="head")(x)
+    return keras.Model(ids, out)
+
+
+def test_keras_sparse_step_bitwise_with_duplicates():
+    rng = np.random.default_rng(SEED + 21)
+    rows, dim, n = 25, 16, 30
+    m, v, var, grad, indices = random_case(rng, rows, dim, n)
+    indices = np.where(indices < 0, 0, indices)  # IndexedSlices from Keras have no padding
+    opt = ft.LazyAdam(learning_rate=0.02)
+    table = keras.Variable(var)
+    opt.build([table])
+    opt._momentums[0].assign(m)
+    opt._velocities[0].assign(v)
+    for k in range(2):
+        lr_t = ft._keras.lazy_adam_step_size(opt.learning_rate, opt.iterations, B1, B2).numpy()
+        opt.apply_gradients([(tf.IndexedSlices(tf.constant(grad), tf.constant(indices),
+                                               tf.constant([rows, dim])), table)])
+        m, v, var = reference_step(m, v, var, grad, indices, lr_t)
+        assert_bitwise(table.numpy(), var, f"step {k} var")
+        assert_bitwise(opt._momentums[0].numpy(), m, f"step {k} m")
+        assert_bitwise(opt._velocities[0].numpy(), v, f"step {k} v")
+
+
+def test_keras_lazy_rows_unchanged_and_stock_adam_not_lazy():
+    """Step 1 touches rows A, step 2 rows B (disjoint): LazyAdam leaves A as step 1 left it; the
+    stock keras.optimizers.Adam moves A again in step 2 (its m of A is not zero)."""
+    rows, dim = 50, 8
+    rng = np.random.default_rng(SEED + 31)
+    batch_a = rng.permutation(25)[:12].reshape(4, 3).astype(np.int32)
+    batch_b = (25 + rng.permutation(25)[:12]).reshape(4, 3).astype(np.int32)
+    y = rng.standard_normal((4, 1)).astype(np.float32)
+    results = {}
+    for name, make in (("fusekit", ft.LazyAdam), ("keras", keras.optimizers.Adam)):
+        model = embedding_model(rows, dim, SEED)
+        model.compile(make(learning_rate=0.05), "mse")
+        w0 = model.get_layer("table").embeddings.numpy()
+        model.train_on_batch(batch_a, y)
+        w1 = model.get_layer("table").embeddings.numpy()
+        model.train_on_batch(batch_b, y)
+        w2 = model.get_layer("table").embeddings.numpy()
+        results[name] = (w0, w1, w2)
+    a, b = np.unique(batch_a), np.unique(batch_b)
+    rest = np.setdiff1d(np.arange(rows), np.union1d(a, b))
+    w0, w1, w2 = results["fusekit"]
+    assert (w1[a] != w0[a]).all(axis=1).all() and (w2[b] != w1[b]).all(axis=1).all()
+    assert_bitwise(w2[a], w1[a], "LazyAdam: step 2 leaves step 1's rows")
+    assert_bitwise(w2[rest], w0[rest], "LazyAdam: rows never in a batch")
+    k0, k1, k2 = results["keras"]
+    assert (k2[a] != k1[a]).any(axis=1).all(), "keras.optimizers.Adam was expected not to be lazy"
+
+
+def test_keras_dense_path_equals_keras_adam():
+    rng = np.random.default_rng(SEED + 41)
+    w = rng.standard_normal((9, 5)).astype(np.float32)
+    grads = [rng.standard_normal((9, 5)).astype(np.float32) for _ in range(4)]
+    finals = []
+    for make in (ft.LazyAdam, keras.optimizers.Adam):
+        var = keras.Variable(w)
+        opt = make(learning_rate=0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-6)
+        for g in grads:
+            opt.apply_gradients([(tf.constant(g), var)])
+        finals.append(var.numpy())
+    assert_bitwise(finals[0], finals[1], "dense step")
+
+
+def test_keras_config_schedule_and_refusals():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.01, decay_steps=2, decay_rate=0.5)
+    opt = ft.LazyAdam(learning_rate=schedule, beta_1=0.85, epsilon=1e-6)
+    config = keras.optimizers.serialize(opt)
+    again = keras.optimizers.deserialize(config)
+    assert type(again) is ft.LazyAdam
+    assert again.beta_1 == 0.85 and again.epsilon == 1e-6
+    assert isinstance(again.learning_rate, keras.optimizers.schedules.ExponentialDecay) or \
+        isinstance(again._learning_rate, keras.optimizers.schedules.ExponentialDecay)
+    # The schedule drives the sparse step: its learning rate at iterations = 0 is 0.01.
+    table = keras.Variable(np.ones((4, 2), np.float32))
+    again.apply_gradients([(tf.IndexedSlices(tf.ones((1, 2)), tf.constant([1]),
+                                             tf.constant([4, 2])), table)])
+    lr_t = ft._keras.lazy_adam_step_size(0.01, 0, 0.85, 0.999).numpy()
+    _, _, want = reference_step(np.zeros((4, 2), np.float32), np.zeros((4, 2), np.float32),
+                                np.ones((4, 2), np.float32), np.ones((1, 2), np.float32),
+                                np.array([1]), lr_t, 0.85, 0.999, 1e-6)
+    assert_bitwise(table.numpy(), want, "scheduled step")
+    with pytest.raises(ValueError, match="amsgrad"):
+        ft.LazyAdam(amsgrad=True)
+    with pytest.raises(ValueError, match="weight_decay"):
+        ft.LazyAdam(weight_decay=0.01)
+    bad = keras.Variable(np.ones((4, 2), np.float32))
+    opt = ft.LazyAdam()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 9"):
+        opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, 2)), tf.constant([0, 9]),
+                                               tf.constant([4, 2])), bad)])
+    assert_bitwise(bad.numpy(), np.ones((4, 2), np.float32), "refused: unchanged")
+    # XLA has no kernel for the op (docs/tensorflow.md): jit_compile=True is refused clearly.
+    model = embedding_model(10, 4, SEED)
+    model.compile(ft.LazyAdam(), "mse", jit_compile=True)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="FusekitResourceSparseApplyLazyAdam.*XLA|XLA.*FusekitResource"):
+        model.train_on_batch(np.array([[1, 2, 3]], np.int32), np.ones((1, 1), np.float32))
+
+
+def test_keras_fit_save_load_resumes(tmp_path):
+    rows, dim = 200, 8
+    rng = np.random.default_rng(SEED + 51)
+    x = rng.integers(0, rows, (256, 3)).astype(np.int32)
+    y = (x.sum(axis=1, keepdims=True) % 7 / 7.0).astype(np.float32)
+    model = embedding_model(rows, dim, SEED)
+    model.compile(ft.LazyAdam(learning_rate=0.01), "mse")
+    history = model.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < losses[0], losses
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer) is ft.LazyAdam
+    assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 32
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
+        assert_bitwise(b.numpy(), a.numpy(), f"optimizer variable {a.path}")
+    # A new process finds the optimizer once fusekit.tensorflow is imported.
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys, keras, fusekit.tensorflow; "
+         "o = keras.models.load_model(sys.argv[1]).optimizer; "
+         "print(type(o).__module__, type(o).__name__, int(o.iterations))", str(path)],
+        capture_output=True, text=True, timeout=300)
+    assert run.stdout.split() == ["fusekit.tensorflow._keras", "LazyAdam", "32"], \
+        run.stdout + run.stderr[-3000:]
+    for m in (model, loaded):
+        m.fit(x[:64], y[:64], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(model.weights, loaded.weights):
+        assert_bitwise(b.numpy(), a.numpy(), f"after resuming: {a.path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# tf_keras' legacy optimizers.
+# ---------------------------------------------------------------------------------------------
+def test_legacy_lazy_adam():
+    tf_keras = pytest.importorskip("tf_keras")
+    from fusekit.tensorflow import legacy
+
+    rng = np.random.default_rng(SEED + 61)
+    rows, dim, n = 20, 6, 24
+    m, v, var, grad, indices = random_case(rng, rows, dim, n)
+    indices = np.where(indices < 0, 1, indices)
+    table = tf.Variable(var)
+    opt = legacy.LazyAdam(learning_rate=0.03)
+    m, v = np.zeros_like(m), np.zeros_like(v)  # the slots start at zero
+    for k in range(2):
+        opt.apply_gradients([(tf.IndexedSlices(tf.constant(grad), tf.constant(indices),
+                                               tf.constant([rows, dim])), table)])
+        # tf_keras' legacy Adam's bias-corrected step (its _prepare_local), in float32.
+        lr_t = tf.constant(0.03) * (tf.sqrt(1 - tf.pow(tf.constant(B2), float(k + 1))) /
+                                    (1 - tf.pow(tf.constant(B1), float(k + 1))))
+        m, v, var = reference_step(m, v, var, grad, indices, lr_t.numpy())
+        assert_bitwise(table.numpy(), var, f"legacy step {k}")
+        assert_bitwise(opt.get_slot(table, "m").numpy(), m, f"legacy step {k} m")
+    # Dense gradients: tf_keras' legacy Adam, step for step.
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    finals = []
+    for make in (legacy.LazyAdam, tf_keras.optimizers.legacy.Adam):
+        dense = tf.Variable(w)
+        o = make(learning_rate=0.01)
+        for _ in range(3):
+            o.apply_gradients([(tf.constant(w * 0.5 + 1), dense)])
+        finals.append(dense.numpy())
+    assert_bitwise(finals[0], finals[1], "legacy dense step")
+    # A tf_keras model trains with it, lazily.
+    tf_keras.utils.set_random_seed(SEED)
+    model = tf_keras.Sequential([tf_keras.layers.Embedding(rows, dim, input_length=2),
+                                 tf_keras.layers.Flatten(), tf_keras.layers.Dense(1)])
+    model.compile(legacy.LazyAdam(0.05), "mse")
+    x = np.array([[1, 2], [3, 1]], np.int32)
+    model.train_on_batch(x, np.ones((2, 1), np.float32))
+    w0 = model.layers[0].embeddings.numpy()
+    model.train_on_batch(x + 10, np.ones((2, 1), np.float32))
+    w1 = model.layers[0].embeddings.numpy()
+    assert_bitwise(w1[[1, 2, 3]], w0[[1, 2, 3]], "legacy: rows outside the second batch")
+    config = legacy.LazyAdam(0.05).get_config()
+    assert type(legacy.LazyAdam.from_config(config)) is legacy.LazyAdam
+
+
+# ---------------------------------------------------------------------------------------------
+# The package without its op library.
+# ---------------------------------------------------------------------------------------------
+def test_import_without_op_library_is_a_clear_import_error(tmp_path):
+    import fusekit
+
+    package = pathlib.Path(fusekit.__file__).parent
+    copy = tmp_path / "fusekit"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("_fusekit_tf_ops.so"))
+    run = subprocess.run(
+        [sys.executable, "-c", "import fusekit.tensorflow"], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert run.returncode != 0
+    assert "ImportError" in run.stderr and "FUSEKIT_TENSORFLOW=ON" in run.stderr, run.stderr
