@@ -273,7 +273,6 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
   }
 
  private:
-  // The tensor of variable `input` to update in place (its lock held).
   // Variable `input` holds an initialized float32 tensor (read under its lock).
   static absl::Status check_variable(OpKernelContext *ctx, int input) {
     static constexpr const char *kNames[3] = {"var", "m", "v"};
