@@ -91,7 +91,7 @@ struct AddLoraOp;  // the operator as the plan layer sees it (src/add_lora/add_l
 class AddLora {
  public:
   // Groups smaller than this run on cpu_hwy's decode path.
-  static constexpr int64_t kPrefillMinRows = 8;
+  static constexpr int64_t kPrefillMinRows = 48;
 
   // The implementations built into this library, in the order a plan tries them (the reference
   // implementation, "cpu_reference", last).

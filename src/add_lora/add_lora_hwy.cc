@@ -51,9 +51,25 @@ constexpr int64_t kXChunk = 256;          // columns per chunk of a packed block
 constexpr int64_t kRowPanelTiles = 8;     // row tiles per expand item
 constexpr int64_t kShrinkItemBlocks = 8;  // row blocks per shrink item
 constexpr int64_t kColBlockCols = 1024;   // output columns per expand item (a multiple of any tile)
-constexpr int64_t kDecodeRanks = 16;      // ranks per decode shrink item
+constexpr int64_t kDecodeRanks = 8;       // ranks per decode shrink item
 constexpr int64_t kDecodeCols = 256;      // output columns per decode expand item
-constexpr int64_t kRowBuf = 8;  // rows of x converted at once (the per-thread buffer holds 8)
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kSR = 4;  // decode shrink register tile: rows
+constexpr int kDR = 8;  // decode expand register tile: rows
+#else
+constexpr int kSR = 2;
+constexpr int kDR = 4;
+#endif
+constexpr int kSQ = 4;  // decode shrink register tile: ranks
+// Whether this target's vectors can be transposed in registers (a fixed width of 1, 4, 8 or 16
+// float lanes in 128-bit blocks): the decode expand then serves N columns per broadcast FMA;
+// otherwise (scalable vectors) it takes a dot product per output element.
+#if HWY_HAVE_SCALABLE
+constexpr bool kTransposes = false;
+#else
+constexpr bool kTransposes = hn::MaxLanes(DF()) == 1 || hn::MaxLanes(DF()) == 4 ||
+                             hn::MaxLanes(DF()) == 8 || hn::MaxLanes(DF()) == 16;
+#endif
 
 // Loads and stores of the three element types as float32 lanes: LoadWide and StoreNarrow
 // (common/hwy_dtype-inl.h; the 16-bit stores round to nearest even on every target).
@@ -195,25 +211,6 @@ HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile,
 
 // ---- decode: dot products that stream the weights ----
 
-// sum over k of xf[k] * a[k]: four vector chains, combined, reduced, then the scalar tail.
-template <typename T>
-HWY_INLINE float DotLong(const float *xf, const T *a, int64_t n) {
-  const DF d;
-  const auto N = static_cast<int64_t>(hn::Lanes(d));
-  VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  int64_t k = 0;
-  for (; k + 4 * N <= n; k += 4 * N) {
-    a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadWide(d, a + k), a0);
-    a1 = hn::MulAdd(hn::LoadU(d, xf + k + N), LoadWide(d, a + k + N), a1);
-    a2 = hn::MulAdd(hn::LoadU(d, xf + k + 2 * N), LoadWide(d, a + k + 2 * N), a2);
-    a3 = hn::MulAdd(hn::LoadU(d, xf + k + 3 * N), LoadWide(d, a + k + 3 * N), a3);
-  }
-  for (; k + N <= n; k += N) a0 = hn::MulAdd(hn::LoadU(d, xf + k), LoadWide(d, a + k), a0);
-  float z = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; k < n; ++k) z = z + xf[k] * to_float(a[k]);
-  return z;
-}
-
 // sum over r of t[r] * b[r] for a short R: 8-lane chunks, reduced, then the scalar tail.
 template <typename T>
 HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
@@ -227,6 +224,86 @@ HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
   return z;
 }
 
+// v[0 .. N) (rows of an N x N block) become its columns: v[i] lane c = old v[c] lane i. Within
+// each 128-bit block a 4 x 4 transpose by interleaves; then the blocks of four rows are
+// transposed as 4 x 4 (16 lanes) or 2 x 2 (8 lanes) matrices of blocks.
+template <size_t kN>
+HWY_INLINE void TransposeSquare([[maybe_unused]] VF *v) {
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+  if constexpr (kN >= 4) {
+    const DF d;
+    const hn::Repartition<uint64_t, DF> d64;
+    for (size_t g = 0; g < kN; g += 4) {
+      const VF t0 = hn::InterleaveLower(d, v[g], v[g + 1]);
+      const VF t1 = hn::InterleaveLower(d, v[g + 2], v[g + 3]);
+      const VF t2 = hn::InterleaveUpper(d, v[g], v[g + 1]);
+      const VF t3 = hn::InterleaveUpper(d, v[g + 2], v[g + 3]);
+      v[g] = hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+      v[g + 1] =
+          hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+      v[g + 2] =
+          hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+      v[g + 3] =
+          hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+    }
+    // Now v[4g + i] block b = column 4b + i of rows 4g .. 4g + 3.
+#if HWY_CAP_GE256
+    if constexpr (kN == 8) {
+      for (size_t i = 0; i < 4; ++i) {
+        const VF lo = v[i], hi = v[4 + i];
+        v[i] = hn::ConcatLowerLower(d, hi, lo);      // column i
+        v[4 + i] = hn::ConcatUpperUpper(d, hi, lo);  // column 4 + i
+      }
+    }
+#endif
+#if HWY_CAP_GE512
+    if constexpr (kN == 16) {
+      for (size_t i = 0; i < 4; ++i) {
+        const VF c0 = v[i], c1 = v[4 + i], c2 = v[8 + i], c3 = v[12 + i];
+        const VF p = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(c1), c0);  // c0.b0 c1.b0 c0.b2 c1.b2
+        const VF q = hn::OddEvenBlocks(c1, hn::SwapAdjacentBlocks(c0));  // c0.b1 c1.b1 c0.b3 c1.b3
+        const VF s = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(c3), c2);
+        const VF u = hn::OddEvenBlocks(c3, hn::SwapAdjacentBlocks(c2));
+        v[i] = hn::ConcatLowerLower(d, s, p);       // column i
+        v[4 + i] = hn::ConcatLowerLower(d, u, q);   // column 4 + i
+        v[8 + i] = hn::ConcatUpperUpper(d, s, p);   // column 8 + i
+        v[12 + i] = hn::ConcatUpperUpper(d, u, q);  // column 12 + i
+      }
+    }
+#endif  // HWY_CAP_GE256
+  }
+#endif
+}
+
+// z[m][q] = sum over k of xr[m][k] * ar[q][k] for kSR rows and kSQ ranks: one vector chain per
+// pair over the whole vectors of k, reduced, then the scalar tail in k order.
+template <typename T>
+HWY_INLINE void ShrinkDots(const T *const *xr, const T *const *ar, int64_t n,
+                           float (&z)[kSR][kSQ]) {
+  const DF d;
+  const auto N = static_cast<int64_t>(hn::Lanes(d));
+  VF acc[kSR][kSQ];
+  for (int m = 0; m < kSR; ++m) {
+    for (int q = 0; q < kSQ; ++q) acc[m][q] = hn::Zero(d);
+  }
+  int64_t k = 0;
+  for (; k + N <= n; k += N) {
+    VF av[kSQ];
+    for (int q = 0; q < kSQ; ++q) av[q] = LoadWide(d, ar[q] + k);
+    for (int m = 0; m < kSR; ++m) {
+      const VF xv = LoadWide(d, xr[m] + k);
+      for (int q = 0; q < kSQ; ++q) acc[m][q] = hn::MulAdd(xv, av[q], acc[m][q]);
+    }
+  }
+  for (int m = 0; m < kSR; ++m) {
+    for (int q = 0; q < kSQ; ++q) {
+      float s = hn::GetLane(hn::SumOfLanes(d, acc[m][q]));
+      for (int64_t kk = k; kk < n; ++kk) s = s + to_float(xr[m][kk]) * to_float(ar[q][kk]);
+      z[m][q] = s;
+    }
+  }
+}
+
 // ---- the driver ----
 
 // One call's constants and the work items of its stages. Each item is a pure function of its
@@ -236,7 +313,7 @@ template <typename T>
 struct Driver {
   const AddLoraArgs &a;
   const AddLoraScratch &s;
-  int64_t N, tw, R, h1, h2, ts, xs;
+  int64_t N, tw, R, h1, h2, ts;
   const T *x, *y;
   T *out;
   const T *wa, *wb;
@@ -251,7 +328,6 @@ struct Driver {
     h1 = a.h1;
     h2 = a.h2;
     ts = s.t_stride;
-    xs = (h1 + 15) / 16 * 16 + 16;  // staggered rows of the x buffer (decode)
     x = static_cast<const T *>(a.x);
     y = static_cast<const T *>(a.y);
     out = static_cast<T *>(a.out);
@@ -389,8 +465,10 @@ struct Driver {
 
   // ---- decode: items (group, rank chunk) of the shrink, (group, column block) of the expand ----
 
-  // t[k][r] for the group's rows k and ranks r of rank chunk rc.
-  void DecodeShrinkItem(int64_t ad, int64_t rc, float *buf) const {
+  // t[k][r] for the group's rows k and ranks r of rank chunk rc: register tiles of kSR rows x kSQ
+  // ranks (ShrinkDots, converting x and weightA as it loads them; a partial tile repeats its last
+  // row or rank and stores only the real ones).
+  void DecodeShrinkItem(int64_t ad, int64_t rc) const {
     const int64_t r_begin = rc * kDecodeRanks;
     const int64_t r_end = std::min(R, r_begin + kDecodeRanks);
     const int64_t g0 = a.group_start[ad], g1 = a.group_start[ad + 1];
@@ -402,29 +480,123 @@ struct Driver {
       return;
     }
     const T *A = wa + ad * a.wa_adapter_stride;
-    for (int64_t k0 = g0; k0 < g1; k0 += kRowBuf) {
-      const int64_t k1 = std::min(g1, k0 + kRowBuf);
-      for (int64_t k = k0; k < k1; ++k) {
-        ConvertRow(x + static_cast<int64_t>(a.rows[k]) * a.x_stride, buf + (k - k0) * xs, h1);
+    for (int64_t km = g0; km < g1; km += kSR) {
+      const int nm = static_cast<int>(std::min<int64_t>(kSR, g1 - km));
+      const T *xr[kSR];
+      for (int m = 0; m < kSR; ++m) {
+        xr[m] = x + static_cast<int64_t>(a.rows[km + std::min(m, nm - 1)]) * a.x_stride;
       }
-      for (int64_t r = r_begin; r < r_end; ++r) {
-        const T *ar = A + r * a.wa_row_stride;
-        for (int64_t k = k0; k < k1; ++k) s.t[k * ts + r] = DotLong(buf + (k - k0) * xs, ar, h1);
+      for (int64_t rq = r_begin; rq < r_end; rq += kSQ) {
+        const int nq = static_cast<int>(std::min<int64_t>(kSQ, r_end - rq));
+        const T *ar[kSQ];
+        for (int q = 0; q < kSQ; ++q) ar[q] = A + (rq + std::min(q, nq - 1)) * a.wa_row_stride;
+        float z[kSR][kSQ];
+        ShrinkDots(xr, ar, h1, z);
+        for (int m = 0; m < nm; ++m) {
+          for (int q = 0; q < nq; ++q) s.t[(km + m) * ts + rq + q] = z[m][q];
+        }
       }
     }
   }
 
-  // out columns [cc * kDecodeCols, ...) of the group's rows, from the group's finished t.
+  // out columns [cc * kDecodeCols, ...) of the group's rows, from the group's finished t: tiles
+  // of up to kDR rows (ExpandRows), or where vectors cannot be transposed in registers, a dot
+  // product per output element.
   void DecodeExpandItem(int64_t ad, int64_t cc, float *buf) const {
-    const int64_t j0 = cc * kDecodeCols;
-    const int64_t jn = std::min(kDecodeCols, h2 - j0);
-    const T *B = wb + ad * a.wb_adapter_stride + j0 * a.wb_row_stride;
-    for (int64_t k = a.group_start[ad]; k < a.group_start[ad + 1]; ++k) {
-      const float *t = s.t + k * ts;
-      for (int64_t j = 0; j < jn; ++j) buf[j] = DotShort(t, B + j * a.wb_row_stride, R);
-      const int64_t row = a.rows[k];
-      EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j0,
-                  out + row * a.out_stride + a.y_offset + j0, jn, a.scale);
+    const int64_t j_begin = cc * kDecodeCols;
+    const int64_t j_end = std::min(h2, j_begin + kDecodeCols);
+    const T *B = wb + ad * a.wb_adapter_stride;
+    const int64_t g0 = a.group_start[ad], g1 = a.group_start[ad + 1];
+    if constexpr (!kTransposes) {
+      for (int64_t k = g0; k < g1; ++k) {
+        const float *t = s.t + k * ts;
+        const int64_t jn = j_end - j_begin;
+        for (int64_t j = 0; j < jn; ++j) {
+          buf[j] = DotShort(t, B + (j_begin + j) * a.wb_row_stride, R);
+        }
+        const int64_t row = a.rows[k];
+        EpilogueRow(buf, y + row * a.y_stride + a.y_offset + j_begin,
+                    out + row * a.out_stride + a.y_offset + j_begin, jn, a.scale);
+      }
+    } else {
+      for (int64_t km = g0; km < g1; km += kDR) {
+        ExpandRowsOf<1>(static_cast<int>(std::min<int64_t>(kDR, g1 - km)), B, km, j_begin, j_end,
+                        buf);
+      }
+    }
+  }
+
+  // ExpandRows<nm>, for 1 <= nm <= kDR.
+  template <int kM>
+  void ExpandRowsOf(int nm, const T *B, int64_t km, int64_t j_begin, int64_t j_end,
+                    float *buf) const {
+    if (nm == kM) return ExpandRows<kM>(B, km, j_begin, j_end, buf);
+    if constexpr (kM < kDR) ExpandRowsOf<kM + 1>(nm, B, km, j_begin, j_end, buf);
+  }
+
+  // Columns [j_begin, j_end) of the kM rows at sorted positions km ..: per N columns, acc[m] = 0,
+  // then per N ranks weightB's [N columns, N ranks] block loaded and transposed in registers
+  // (v[r] = the columns' weights of rank r) and acc[m] = t[m][r] * v[r] + acc[m] in r order; then
+  // the epilogue. The prefill expand's operations in its order: both paths give the same bits from
+  // the same t.
+  template <int kM>
+  void ExpandRows(const T *B, int64_t km, int64_t j_begin, int64_t j_end, float *buf) const {
+    const DF d;
+    constexpr size_t kN = hn::MaxLanes(DF());
+    float *part = buf;      // one partial rank chunk, zero padded
+    float *tail = buf + N;  // a partial column block's sums
+    const float *tr[kM];
+    const T *yr[kM];
+    T *outr[kM];
+    for (int m = 0; m < kM; ++m) {
+      const int64_t row = a.rows[km + m];
+      tr[m] = s.t + (km + m) * ts;
+      yr[m] = y + row * a.y_stride + a.y_offset;
+      outr[m] = out + row * a.out_stride + a.y_offset;
+    }
+    const auto vs = hn::Set(d, a.scale);
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += N) {
+      const int64_t jn = std::min<int64_t>(N, j_end - j0);
+      VF acc[kM];
+      for (int m = 0; m < kM; ++m) acc[m] = hn::Zero(d);
+      for (int64_t r0 = 0; r0 < R; r0 += N) {
+        const int64_t rn = std::min<int64_t>(N, R - r0);
+        VF v[kN];
+        const T *src = B + j0 * a.wb_row_stride + r0;
+        const int64_t bs = a.wb_row_stride;
+        if (jn == N && rn == N) {  // a whole block
+          HWY_UNROLL(16)
+          for (size_t c = 0; c < kN; ++c) v[c] = LoadWide(d, src + static_cast<int64_t>(c) * bs);
+        } else {
+          for (size_t c = 0; c < kN; ++c, src += bs) {
+            if (static_cast<int64_t>(c) >= jn) {
+              v[c] = hn::Zero(d);
+            } else if (rn == N) {
+              v[c] = LoadWide(d, src);
+            } else {
+              for (int64_t i = 0; i < N; ++i) part[i] = i < rn ? to_float(src[i]) : 0.0f;
+              v[c] = hn::Load(d, part);
+            }
+          }
+        }
+        TransposeSquare<kN>(v);
+        HWY_UNROLL(16)
+        for (size_t r = 0; r < kN; ++r) {
+          if (static_cast<int64_t>(r) >= rn) break;
+          for (int m = 0; m < kM; ++m) {
+            acc[m] = hn::MulAdd(hn::Set(d, tr[m][r0 + static_cast<int64_t>(r)]), v[r], acc[m]);
+          }
+        }
+      }
+      for (int m = 0; m < kM; ++m) {
+        if (jn == N) {
+          StoreNarrow(d, hn::Add(LoadWide(d, yr[m] + j0), hn::Mul(vs, acc[m])), outr[m] + j0);
+        } else {
+          hn::Store(acc[m], d, tail);
+          for (int64_t jj = 0; jj < jn; ++jj)
+            outr[m][j0 + jj] = from_float<T>(to_float(yr[m][j0 + jj]) + a.scale * tail[jj]);
+        }
+      }
     }
   }
 };
@@ -444,10 +616,10 @@ void StageItems(const AddLoraArgs &a, const AddLoraScratch &s, const AddLoraWork
     } else if constexpr (S == AddLoraStage::kExpand) {
       drv.ExpandItem(w.g0, w.n, i, buf);
     } else if constexpr (S == AddLoraStage::kDecodeGroup) {
-      for (int64_t rc = 0; rc < drv.n_rank_chunks; ++rc) drv.DecodeShrinkItem(list[i], rc, buf);
+      for (int64_t rc = 0; rc < drv.n_rank_chunks; ++rc) drv.DecodeShrinkItem(list[i], rc);
       for (int64_t cc = 0; cc < drv.n_dec_cols; ++cc) drv.DecodeExpandItem(list[i], cc, buf);
     } else if constexpr (S == AddLoraStage::kDecodeShrink) {
-      drv.DecodeShrinkItem(list[i / drv.n_rank_chunks], i % drv.n_rank_chunks, buf);
+      drv.DecodeShrinkItem(list[i / drv.n_rank_chunks], i % drv.n_rank_chunks);
     } else {
       drv.DecodeExpandItem(list[i / drv.n_dec_cols], i % drv.n_dec_cols, buf);
     }

@@ -582,6 +582,52 @@ TEST(AddLora, EverySimdTarget) {
   });
 }
 
+// Without weightA both paths expand the same t (x itself), and the decode path's expand (weightB
+// transposed in registers, N x N blocks) does the prefill expand's operations in its order: the two
+// must agree bit for bit. On every SIMD target, every dtype, ranks below, at and above a vector
+// (partial and several rank chunks), column counts around a vector (partial column blocks), groups
+// of 1 to 9 and 17 rows (every row-tile size and more than one tile) among rows with no adapter.
+TEST(AddLora, DecodeAndPrefillExpandsGiveTheSameBits) {
+  const int64_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
+  std::vector<int32_t> indices;
+  for (int64_t round = 0; round < 17; ++round) {
+    for (int32_t g = 0; g < 10; ++g) {
+      if (round < sizes[g]) indices.push_back(g);
+    }
+    if (round % 4 == 0) indices.push_back(-1);
+  }
+  fusekit::testing::for_each_simd_target([&](const char *target) {
+    for (DType dt : kDtypes) {
+      for (const auto &[r, h2] :
+           {std::pair<int64_t, int64_t>{1, 17}, {7, 1}, {16, 16}, {16, 83}, {17, 15}, {40, 33}}) {
+        Problem p;
+        p.dt = dt;
+        p.has_a = false;
+        p.B = static_cast<int64_t>(indices.size());
+        p.R = p.H1 = r;
+        p.H2 = h2;
+        p.H3 = h2 + 5;
+        p.y_offset = 3;
+        p.W = 11;  // slot 10 unused
+        p.scale = 0.75;
+        p.seed = static_cast<uint64_t>(700 + r * 100 + h2);
+        p.indices = indices;
+        Data dec = make(p), pre = make(p);
+        const std::string label = std::string(target) + " " + dtype_name(dt) + " R " +
+                                  std::to_string(r) + " H2 " + std::to_string(h2);
+        AddLoraStats st_dec, st_pre;
+        ASSERT_TRUE(run(dec, options_for(p, KernelPath{"cpu_hwy_decode", "decode"}), &st_dec).ok());
+        ASSERT_TRUE(
+            run(pre, options_for(p, KernelPath{"cpu_hwy_prefill", "prefill"}), &st_pre).ok());
+        EXPECT_EQ(st_dec.decode_groups, 10) << label;
+        EXPECT_EQ(st_pre.prefill_groups, 10) << label;
+        EXPECT_EQ(check(dec, label.c_str()), 0) << label;
+        EXPECT_TRUE(dec.out == pre.out) << label << ": the paths differ";
+      }
+    }
+  });
+}
+
 // Thread counts 1, 2 and 4 give bitwise identical results, on both paths.
 TEST(AddLora, BitwiseEqualOverThreadCounts) {
   Problem p;
