@@ -8,6 +8,8 @@
 // Both against the roofline floor max(flops / peak, bytes / copy bandwidth), where bytes counts
 // everything read and written (x, y read, out written, the adapters' weights, the indices):
 // "of_roofline" = floor / measured time (1.0 = at the floor; the target is >= 0.5).
+// A batched server's decode step (B = 24 or 96 rows over 3 adapters, H = 2048, bfloat16): the
+// decode path against the prefill path, GFLOP/s.
 // And the cost of planning: one token on tiny shapes, a reused plan's run (BM_AddLoraPlanReuse)
 // against plan + run every call (BM_AddLoraFreshPlan), in microseconds per call.
 #include <benchmark/benchmark.h>
@@ -183,6 +185,31 @@ const bool registered_implementations = [] {
           ->Unit(benchmark::kMillisecond)
           ->Iterations(impl == "cpu_reference" ? 2 : 20);
     }
+  }
+  return true;
+}();
+
+// A batched server's decode step: B rows over W = 3 adapters (groups of B / 3 rows), H = 2048,
+// R = 16, bfloat16, 4 layers in turn: the shape vLLM's CPU engine hands AddLora for 24 or 96
+// sequences on three adapters. cpu_hwy sends groups under AddLora::kPrefillMinRows rows to the
+// decode path; cpu_hwy_prefill packs each group's weights and runs the GEMM tiles. GFLOP/s
+// against the FMA peak.
+void BM_AddLoraServingStep(benchmark::State &state, const std::string &impl) {
+  Setup s({state.range(0), 2048, 16, 3, 4, DType::kBFloat16}, impl.c_str());
+  run_and_report(state, s, false);
+  state.SetLabel(impl + " bfloat16 B=" + std::to_string(state.range(0)) + " W=3 H=2048 R=16");
+}
+
+const bool registered_serving = [] {
+  for (const char *impl : {"cpu_hwy", "cpu_hwy_prefill"}) {
+    benchmark::RegisterBenchmark((std::string("BM_AddLoraServingStep/") + impl).c_str(),
+                                 BM_AddLoraServingStep, std::string(impl))
+        ->ArgName("B")
+        ->Arg(24)
+        ->Arg(96)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
   }
   return true;
 }();

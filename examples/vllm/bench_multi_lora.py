@@ -9,7 +9,8 @@ each generating exactly --tokens tokens (greedy, EOS ignored); the requests cycl
 adapters (and, with --base-every N, every Nth request has none).
 
     python examples/vllm/bench_multi_lora.py [--prompts 24] [--tokens 32] [--dtype bfloat16]
-                                             [--repeats 3] [--json out/vllm_bench.json]
+                                             [--repeats 3] [--rounds 1]
+                                             [--json out/vllm_bench.json]
 
 Run it with the interpreter of ``scripts/python_env.sh vllm`` and fusekit installed as a
 distribution (vLLM's worker processes load plugins from entry points only), e.g.
@@ -165,6 +166,8 @@ def main():
                     help="every Nth request without an adapter (0: none)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the three configurations in turn this many times (a process each)")
     ap.add_argument("--memory", type=float, default=0.1,
                     help="vLLM's gpu_memory_utilization: on CPU, the fraction of host memory "
                          "it reserves")
@@ -178,28 +181,41 @@ def main():
     t0 = time.perf_counter()
     make(args.workdir, args.rank, args.adapters)
     print(f"model and adapters in {args.workdir} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    runs = {name: {"times": [], "lora_method_times": []} for name in CONFIGS}
+    round_overhead = {"stock vLLM LoRA": [], "vLLM + fusekit": []}
+    for rnd in range(args.rounds):  # configurations in turn, round after round: drift hits all
+        round_median = {}
+        for name, (_, flag) in CONFIGS.items():
+            # A function sent to the worker (collective_rpc) needs vLLM's pickle-based
+            # serialization.
+            env = dict(os.environ, FUSEKIT_VLLM=flag, VLLM_TARGET_DEVICE="cpu",
+                       VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+            p = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", name],
+                               env=env, capture_output=True, text=True)
+            line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if p.returncode != 0 or line is None:
+                sys.exit(f"{name}: failed (exit {p.returncode})\n{p.stdout[-3000:]}\n"
+                         f"{p.stderr[-6000:]}")
+            if flag == "1" and "runs LoRA on fusekit's AddLora" not in p.stdout + p.stderr:
+                sys.exit(f"{name}: the fusekit plugin did not load (is fusekit installed as a "
+                         "distribution, with its entry point?)")
+            got = json.loads(line[len("RESULT "):])
+            runs[name]["times"] += got["times"]
+            runs[name]["lora_method_times"] += got["lora_method_times"]
+            round_median[name] = statistics.median(got["times"])
+            print(f"  round {rnd + 1}/{args.rounds} {name}: {round_median[name]:.2f} s per batch",
+                  flush=True)
+        for name in round_overhead:
+            round_overhead[name].append(round_median[name] / round_median["no LoRA"])
     results = {}
-    for name, (_, flag) in CONFIGS.items():
-        # A function sent to the worker (collective_rpc) needs vLLM's pickle-based serialization.
-        env = dict(os.environ, FUSEKIT_VLLM=flag, VLLM_TARGET_DEVICE="cpu",
-                   VLLM_ALLOW_INSECURE_SERIALIZATION="1")
-        p = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", name], env=env,
-                           capture_output=True, text=True)
-        line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if p.returncode != 0 or line is None:
-            sys.exit(f"{name}: failed (exit {p.returncode})\n{p.stdout[-3000:]}\n"
-                     f"{p.stderr[-6000:]}")
-        if flag == "1" and "runs LoRA on fusekit's AddLora" not in p.stdout + p.stderr:
-            sys.exit(f"{name}: the fusekit plugin did not load (is fusekit installed as a "
-                     "distribution, with its entry point?)")
-        got = json.loads(line[len("RESULT "):])
-        times = got["times"]
+    for name in CONFIGS:
+        times = runs[name]["times"]
         med = statistics.median(times)
         results[name] = {"times_s": times, "median_s": med,
                          "tokens_per_s": args.prompts * args.tokens / med}
         extra = ""
-        if got["lora_method_times"]:
-            lt = got["lora_method_times"]
+        if runs[name]["lora_method_times"]:
+            lt = runs[name]["lora_method_times"]
             results[name].update(lora_methods_s=lt, lora_methods_median_s=statistics.median(lt))
             extra = f", {statistics.median(lt):.2f} s of it in the LoRA methods"
         print(f"{name:>18}: {med:.2f} s per batch (median of {len(times)}), "
@@ -207,7 +223,9 @@ def main():
     base = results["no LoRA"]["median_s"]
     for name in ("stock vLLM LoRA", "vLLM + fusekit"):
         results[name]["lora_overhead"] = results[name]["median_s"] / base
-        print(f"{name:>18}: LoRA overhead {results[name]['lora_overhead']:.2f}x (time / no LoRA)")
+        results[name]["lora_overhead_per_round"] = round_overhead[name]
+        print(f"{name:>18}: LoRA overhead {results[name]['lora_overhead']:.2f}x (time / no LoRA; "
+              f"per round: {', '.join(f'{r:.2f}x' for r in round_overhead[name])})")
     speedup = results["stock vLLM LoRA"]["median_s"] / results["vLLM + fusekit"]["median_s"]
     print(f"fusekit plugin vs stock vLLM LoRA: {speedup:.2f}x")
     methods_ratio = (results["stock vLLM LoRA"]["lora_methods_median_s"] /

@@ -18,6 +18,11 @@ off the CPU, ``add_inputs=False``) goes to vLLM's own method unchanged; ``add_sh
 
 ``FUSEKIT_VLLM=0`` in the environment leaves vLLM untouched. On an unknown version, or a wrapper
 whose methods are not the expected ones, :func:`register` warns and changes nothing.
+
+Threads: the LoRA calls run on ``FUSEKIT_VLLM_THREADS`` fusekit threads (default 1; 0 means
+fusekit's own default, :func:`fusekit.get_num_threads`). vLLM's CPU worker binds its OpenMP
+threads to every core it uses and they spin between ops, so fusekit's helper threads would share
+those cores with them: in the engine one thread measured faster than two (docs/vllm.md).
 See docs/vllm.md.
 """
 
@@ -105,16 +110,46 @@ def register() -> None:
 
 
 _DTYPES = None
-_ADD_LORA_ = None
+_APPLY = None
+
+
+def _threads() -> int:
+    """FUSEKIT_VLLM_THREADS (default 1; 0: fusekit's default thread count)."""
+    v = os.environ.get("FUSEKIT_VLLM_THREADS", "1").strip()
+    try:
+        return max(0, int(v))
+    except ValueError:
+        _log.warning("fusekit: FUSEKIT_VLLM_THREADS=%r is not a number; using 1", v)
+        return 1
 
 
 def _op():
-    """fusekit.torch.add_lora_, imported once (these methods run per layer and step)."""
-    global _ADD_LORA_
-    if _ADD_LORA_ is None:
-        from fusekit.torch import add_lora_
-        _ADD_LORA_ = add_lora_
-    return _ADD_LORA_
+    """The function the patched methods call, made once (they run per layer and step):
+    ``apply(y, x, b, indices, a, scale, y_offset, n)`` adds the LoRA update in place on the 2-D
+    ``y``. A plain eager call with inner-contiguous tensors (vLLM's) goes to the operator's binding
+    directly, on FUSEKIT_VLLM_THREADS threads; anything else (tracing, compilation, a strided
+    innermost dimension) through :func:`fusekit.torch.add_lora_`."""
+    global _APPLY
+    if _APPLY is not None:
+        return _APPLY
+    from fusekit import _fusekit
+    from fusekit.torch import add_lora_
+    from fusekit.torch._lora import _eager, _increment_version
+
+    threads = _threads()
+    run = _fusekit.add_lora
+
+    def apply(y, x, b, idx, a, scale, y_offset, n):
+        if _eager(y, x, b, idx, a) and all(t is None or t.stride(-1) == 1 for t in (y, x, b, a)):
+            run((y, x, b, idx, a, y),
+                {"layer_idx": 0, "scale": scale, "y_offset": y_offset, "y_slice_size": n},
+                threads, None, 0, 0.0)
+            _increment_version(y)  # what the dispatcher does for a mutated argument
+        else:
+            add_lora_(y, x, b, idx, a, 0, scale, y_offset, n)
+
+    _APPLY = apply
+    return apply
 
 
 def _fits(*tensors) -> bool:
@@ -132,13 +167,14 @@ def _add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_s
     if not _fits(y, x, *lora_a_stacked, *lora_b_stacked):
         return _ORIGINAL["add_lora_linear"](self, y, x, lora_a_stacked, lora_b_stacked, scale,
                                             output_slices, buffer=buffer, **kwargs)
-    add_lora_ = _op()
+    apply = _op()
     y2 = y.view(-1, y.shape[-1])
     x2 = x.view(-1, x.shape[-1])
     idx = self.token_lora_indices[: x2.shape[0]]
     offset = 0
+    scale = float(scale)
     for a, b, n in zip(lora_a_stacked, lora_b_stacked, output_slices):
-        add_lora_(y2, x2, b, idx, a, 0, float(scale), offset, n)
+        apply(y2, x2, b, idx, a, scale, offset, n)
         offset += n
 
 
@@ -147,20 +183,20 @@ def _add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffe
     if not _fits(y, x, lora_a_stacked, lora_b_stacked):
         return _ORIGINAL["add_lora_logits"](self, y, x, lora_a_stacked, lora_b_stacked, scale,
                                             buffer=buffer, **kwargs)
-    add_lora_ = _op()
+    apply = _op()
     y2 = y.view(-1, y.shape[-1])
     x2 = x.view(-1, x.shape[-1])
     # The adapter and the model may pad the vocabulary differently: the common columns, as vLLM.
     common = min(lora_b_stacked.shape[-2], y2.shape[-1])
-    add_lora_(y2, x2, lora_b_stacked[:, :, :common], self.sampler_indices[: x2.shape[0]],
-              lora_a_stacked, 0, float(scale), 0, common)
+    apply(y2, x2, lora_b_stacked[:, :, :common], self.sampler_indices[: x2.shape[0]],
+          lora_a_stacked, float(scale), 0, common)
 
 
 def _add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True, **kwargs):
     if not add_inputs or not _fits(y, x, lora_b_stacked):
         return _ORIGINAL["add_lora_embedding"](self, y, x, lora_b_stacked, add_inputs, **kwargs)
-    add_lora_ = _op()
+    apply = _op()
     y2 = y.view(-1, y.shape[-1])
     x2 = x.view(-1, x.shape[-1])
-    add_lora_(y2, x2, lora_b_stacked, self.token_lora_indices[: x2.shape[0]], None, 0, 1.0, 0,
-              lora_b_stacked.shape[-2])
+    apply(y2, x2, lora_b_stacked, self.token_lora_indices[: x2.shape[0]], None, 1.0, 0,
+          lora_b_stacked.shape[-2])

@@ -87,6 +87,38 @@ def test_add_lora_linear_patched_matches_reference_and_stock_does_not(stock, dty
     assert torch.all(err <= bound), float((err - bound).max())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_thread_counts_and_the_strided_fallback_give_the_same_bits(stock, monkeypatch, dtype):
+    """FUSEKIT_VLLM_THREADS (1 by default) changes how many threads run a call, never its bits;
+    an x whose innermost dimension is strided takes fusekit.torch.add_lora_ (a contiguous copy)
+    instead of the direct binding call, with the same bits."""
+    gen = torch.Generator().manual_seed(SEED + 1)
+    tokens, hidden, slices, rank = 96, 1024, (1024, 256, 256), 16  # enough work for threads
+    ids = [IDS[i % 4] if i % 7 else 0 for i in range(tokens)]
+    w = wrapper(ids, False)
+    y, x, a_st, b_st = make(dtype, tokens, hidden, slices, rank, gen)
+    want = reference_linear(y, x, a_st, b_st, 1.0, slices, w.token_lora_indices)
+    fv.register()
+    got = {}
+    for threads in ("1", "2", "3", "0"):
+        monkeypatch.setenv("FUSEKIT_VLLM_THREADS", threads)
+        monkeypatch.setattr(fv, "_APPLY", None)  # made again with this thread count
+        y_ours = y.clone()
+        w.add_lora_linear(y_ours, x, a_st, b_st, 1.0, slices)
+        got[threads] = y_ours
+    x_strided = x.t().contiguous().t()
+    assert x_strided.stride(-1) != 1 and torch.equal(x_strided, x)
+    y_fallback = y.clone()
+    w.add_lora_linear(y_fallback, x_strided, a_st, b_st, 1.0, slices)
+    for threads, y_ours in got.items():
+        assert torch.equal(y_ours, got["1"]), threads
+    assert torch.equal(y_fallback, got["1"])
+    assert not torch.equal(got["1"], y)  # the update landed
+    eps = {torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -8}[dtype]
+    err = (got["1"].double() - want).abs()
+    assert torch.all(err <= eps * want.abs() + 1e-5 * (1.0 + want.abs()))
+
+
 def test_logits_and_embedding(stock):
     gen = torch.Generator().manual_seed(SEED + 1)
     seqs, hidden, vocab, rank = 6, 48, 100, 8
