@@ -45,7 +45,8 @@ struct AddLoraOptions {
   KernelChoice kernel = KernelChoice::kAuto;
   // A name from AddLora::implementations(), or auto. cpu_hwy serves a group of at least
   // kPrefillMinRows rows as a GEMM (weights packed once per group, tiles over rows and columns),
-  // a smaller one as matrix-vector products that stream the adapter's weights once;
+  // a smaller one without packing (register tiles over rows and ranks; weightB transposed in
+  // registers, a block of columns at a time);
   // cpu_hwy_prefill and cpu_hwy_decode (by name only) put every group on one path.
   const char *implementation = nullptr;
   int num_threads = 0;  // 0: fusekit::num_threads() when the plan is made

@@ -9,8 +9,12 @@
 //      against a vector of the panel, accumulated by FMA in k order (threads split row blocks);
 //   3. expand: tiles of kMR rows x TW columns, acc = sum over r of t[m, r] * Bt[r, cols] by FMA in
 //      r order; out = round(y + scale * acc) once (threads split row panels x column blocks).
-// Decode path (one or a few rows per adapter): t = dot(x, A[r]) streaming A once; then for each
-// output column z = dot(t, B[j]) streaming B once, and the epilogue over a block of columns.
+// Decode path (up to a few dozen rows per adapter, nothing packed):
+//   shrink: register tiles of kSR rows x kSQ ranks, one vector chain per pair over H1 (x and A
+//      widened as loaded), reduced across lanes;
+//   expand: per N output columns, weightB's [N columns, N ranks] blocks transposed in registers,
+//      then tiles of up to kDR rows: acc = sum over r of t[m, r] * B^T[r, cols] by FMA in r order,
+//      out = round(y + scale * acc): the prefill expand's operations in its order.
 //
 // Every output element is computed by one chunk, by the same operations in the same order for
 // any thread count, so results are bitwise identical for every thread count.
