@@ -22,7 +22,8 @@ whose methods are not the expected ones, :func:`register` warns and changes noth
 Threads: the LoRA calls run on ``FUSEKIT_VLLM_THREADS`` fusekit threads (default 1; 0 means
 fusekit's own default, :func:`fusekit.get_num_threads`). vLLM's CPU worker binds its OpenMP
 threads to every core it uses and they spin between ops, so fusekit's helper threads would share
-those cores with them: in the engine one thread measured faster than two (docs/vllm.md).
+those cores with them: in the engine one thread measured faster than two on a 2-vCPU machine
+(docs/vllm.md; on a machine with many cores, measure a larger value).
 See docs/vllm.md.
 """
 
