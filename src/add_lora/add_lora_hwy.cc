@@ -213,9 +213,10 @@ HWY_INLINE void ExpandTile(const float *const *tr, int nrows, const float *tile,
   }
 }
 
-// ---- decode: dot products that stream the weights ----
+// ---- decode: register tiles, no packing ----
 
-// sum over r of t[r] * b[r] for a short R: 8-lane chunks, reduced, then the scalar tail.
+// sum over r of t[r] * b[r] for a short R: 8-lane chunks, reduced, then the scalar tail (the
+// decode expand where vectors are not transposed in registers).
 template <typename T>
 HWY_INLINE float DotShort(const float *t, const T *b, int64_t n) {
   const hn::CappedTag<float, 8> d8;
@@ -274,7 +275,7 @@ HWY_INLINE void TransposeSquare([[maybe_unused]] VF *v) {
         v[12 + i] = hn::ConcatUpperUpper(d, u, q);  // column 12 + i
       }
     }
-#endif  // HWY_CAP_GE256
+#endif  // HWY_CAP_GE512
   }
 #endif
 }

@@ -57,10 +57,10 @@ AddLoraScratchSizes add_lora_scratch_sizes(int64_t h1, int64_t h2, int64_t r) {
   s.t_stride = round_up(std::max<int64_t>(r, 1), kPad);
   s.a_panel_bytes = static_cast<size_t>(h1) * static_cast<size_t>(s.t_stride) * sizeof(float);
   s.b_panel_bytes = static_cast<size_t>(round_up(h2, 64)) * static_cast<size_t>(r) * sizeof(float);
-  // The largest of: a block of up to 8 rows of x in float32 (in chunks of 256 columns, prefill
-  // shrink), the transposition buffers of the packing (64 x R); the decode expand needs 2 x 16.
-  const int64_t floats =
-      std::max({8 * (round_up(h1, 256) + kPad), 64 * s.t_stride, round_up(h1, kPad) + kPad + 1024});
+  // The larger of: a block of up to 8 rows of x in float32 (in chunks of 256 columns, prefill
+  // shrink), the transposition buffers of the packing (64 x R). Either holds what the decode
+  // expand needs (2 x 16 floats, or 256 outputs where vectors are not transposed in registers).
+  const int64_t floats = std::max(8 * (round_up(h1, 256) + kPad), 64 * s.t_stride);
   s.per_thread_bytes = static_cast<size_t>(floats) * sizeof(float) + 256;
   return s;
 }
