@@ -29,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 ft = pytest.importorskip("fusekit.tensorflow")
+import fusekit  # noqa: E402  (the core package, which fusekit.tensorflow comes with)
 
 SEED = 20261202
 B1, B2, EPS = 0.9, 0.999, 1e-7
@@ -405,6 +406,189 @@ def test_keras_fit_save_load_resumes(tmp_path):
         m.fit(x[:64], y[:64], batch_size=32, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(model.weights, loaded.weights):
         assert_bitwise(b.numpy(), a.numpy(), f"after resuming: {a.path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# 8-bit state: FusekitResourceSparseApplyLazyAdamQuant and fusekit.tensorflow.LazyAdam8bit,
+# against golden/lazy_adam_quant.py (NumPy, written from the spec, not from the C++).
+# ---------------------------------------------------------------------------------------------
+def quant_golden(grad, indices, m, v, var, am, av, lr, beta1=B1, beta2=B2, epsilon=EPS):
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+    from golden.lazy_adam_quant import lazy_adam_quant_golden
+    return lazy_adam_quant_golden(grad, np.asarray(indices).reshape(-1), m, v, var, QM, QV, am, av,
+                                  lr, beta1, beta2, epsilon, "float32", "float32")[:5]
+
+
+QM, QV = fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False)
+
+
+def random_quant_case(rng, rows, dim, n):
+    """Random codes and absmax (blocks of 256 columns), var, grad, indices with duplicates and
+    padding."""
+    blocks = (dim + 255) // 256
+    m = rng.integers(0, 256, (rows, dim)).astype(np.uint8)
+    v = rng.integers(0, 256, (rows, dim)).astype(np.uint8)
+    am = (rng.random((rows, blocks)) * 0.1).astype(np.float32)
+    av = (rng.random((rows, blocks)) * 0.01).astype(np.float32)
+    var = rng.standard_normal((rows, dim)).astype(np.float32)
+    grad = rng.standard_normal((n, dim)).astype(np.float32)
+    indices = rng.integers(-2, rows, n).astype(np.int32)
+    indices[1] = indices[3] = max(indices[0], 0)
+    indices[2] = -1
+    return m, v, var, am, av, grad, indices
+
+
+QUANT_NAMES = ("m", "v", "var", "absmax_m", "absmax_v")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("dim,index_dtype", [(8, np.int32), (257, np.int64), (40, np.int64)])
+def test_resource_quant_op_bitwise(mode, dim, index_dtype):
+    rng = np.random.default_rng(SEED + 61 + dim)
+    rows, n = 40, 50
+    m, v, var, am, av, grad, indices = random_quant_case(rng, rows, dim, n)
+    variables = [tf.Variable(x) for x in (m, v, var, am, av)]
+    before = variables[2].read_value()  # a live read: the op must not write through it
+
+    def step(g, i, lr):
+        ft.resource_sparse_apply_lazy_adam_quant(
+            variables[2], variables[0], variables[1], variables[3], variables[4], QM, QV, lr, g,
+            i, beta1=B1, beta2=B2, epsilon=EPS)
+
+    run = tf.function(step) if mode == "function" else step
+    want = (m, v, var, am, av)
+    for k, lr in enumerate((0.01, 0.003)):
+        run(tf.constant(grad), tf.constant(indices.astype(index_dtype)), tf.constant(lr))
+        want = quant_golden(grad, indices, *want, lr)
+        for name, got, exp in zip(QUANT_NAMES, variables, want):
+            assert_bitwise(got.numpy(), exp, f"step {k} {name}")
+    untouched = np.setdiff1d(np.arange(rows), indices)
+    assert untouched.size > 0
+    assert_bitwise(variables[0].numpy()[untouched], m[untouched], "untouched rows' codes")
+    assert_bitwise(before.numpy(), var, "a read taken before the update")
+
+
+def test_resource_quant_op_refusals():
+    rng = np.random.default_rng(SEED + 71)
+    m, v, var, am, av, grad, indices = random_quant_case(rng, 12, 8, 6)
+    originals = (m, v, var, am, av)
+
+    def fresh():
+        return [tf.Variable(x) for x in originals]
+
+    def call(vs, g=grad, i=indices, qm=None, qv=None, lr=0.01):
+        return ft.resource_sparse_apply_lazy_adam_quant(
+            vs[2], vs[0], vs[1], vs[3], vs[4], QM if qm is None else qm, QV if qv is None else qv,
+            lr, g, i)
+
+    vs = fresh()
+    bad = indices.copy()
+    bad[4] = 12
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[4\] = 12"):
+        call(vs, i=bad)
+    for name, got, exp in zip(QUANT_NAMES, vs, originals):
+        assert_bitwise(got.numpy(), exp, f"refused: {name} unchanged")
+    unsorted = QV.copy()
+    unsorted[[10, 11]] = unsorted[[11, 10]]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"qmapV\[11\].*ascending"):
+        call(vs, qv=unsorted)
+    for name, got, exp in zip(QUANT_NAMES, vs, originals):
+        assert_bitwise(got.numpy(), exp, f"refused map: {name} unchanged")
+    wrong = fresh()
+    wrong[0] = tf.Variable(m.astype(np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="m must be a uint8 variable, got float"):
+        call(wrong)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="lr must be a scalar"):
+        call(fresh(), lr=tf.constant([0.1, 0.2]))
+    short = fresh()
+    short[3] = tf.Variable(am[:5])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"absmax.*got float32 \[5, 1\]"):
+        call(short)
+
+
+def test_keras_8bit_sparse_and_dense_steps_against_golden():
+    """The 8-bit table against the golden over sparse steps (duplicates), then a dense step (every
+    row); a small variable beside it keeps float32 state and is stepped as LazyAdam steps it."""
+    rng = np.random.default_rng(SEED + 81)
+    rows, dim, n = 130, 40, 90  # 5,200 elements: 8-bit (>= 4096)
+    _, _, var, _, _, grad, indices = random_quant_case(rng, rows, dim, n)
+    indices = np.where(indices < 0, 0, indices)  # IndexedSlices from Keras have no padding
+    small0 = rng.standard_normal((10, 4)).astype(np.float32)
+    table, small, twin = keras.Variable(var), keras.Variable(small0), keras.Variable(small0)
+    opt, float_opt = ft.LazyAdam8bit(learning_rate=0.02), ft.LazyAdam(learning_rate=0.02)
+    opt.build([table, small])
+    float_opt.build([twin])
+    blocks = 1
+    kinds = [(x.dtype, tuple(x.shape)) for x in opt.variables if "iteration" not in x.path
+             and "learning_rate" not in x.path]
+    assert kinds == [("uint8", (rows, dim)), ("uint8", (rows, dim)), ("float32", (rows, blocks)),
+                     ("float32", (rows, blocks)), ("float32", (10, 4)), ("float32", (10, 4))], kinds
+    state = (np.zeros((rows, dim), np.uint8), np.zeros((rows, dim), np.uint8), var,
+             np.zeros((rows, blocks), np.float32), np.zeros((rows, blocks), np.float32))
+    small_grad = rng.standard_normal((10, 4)).astype(np.float32)
+    for k in range(3):
+        lr_t = ft._keras.lazy_adam_step_size(opt.learning_rate, opt.iterations, B1, B2).numpy()
+        if k < 2:
+            g = tf.IndexedSlices(tf.constant(grad), tf.constant(indices), tf.constant([rows, dim]))
+            gi = indices
+            gv = grad
+        else:  # dense: every row
+            gv = rng.standard_normal((rows, dim)).astype(np.float32)
+            g, gi = tf.constant(gv), np.arange(rows)
+        opt.apply_gradients([(g, table), (tf.constant(small_grad), small)])
+        float_opt.apply_gradients([(tf.constant(small_grad), twin)])
+        state = quant_golden(gv, gi, state[0], state[1], state[2], state[3], state[4], lr_t)
+        got = (opt._momentums[0], opt._velocities[0], table, opt._absmax_m[0], opt._absmax_v[0])
+        for name, x, exp in zip(QUANT_NAMES, got, state):
+            assert_bitwise(x.numpy(), exp, f"step {k} {name}")
+        assert_bitwise(small.numpy(), twin.numpy(), f"step {k}: the small variable as LazyAdam")
+    untouched = np.setdiff1d(np.arange(rows), indices)
+    assert untouched.size > 0
+
+
+def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
+    rows, dim = 400, 16  # 6,400 elements: 8-bit
+    rng = np.random.default_rng(SEED + 91)
+    x = rng.integers(0, rows // 2, (256, 3)).astype(np.int32)  # rows >= 200 are never in a batch
+    y = (x.sum(axis=1, keepdims=True) % 7 / 7.0).astype(np.float32)
+    model = embedding_model(rows, dim, SEED)
+    w0 = model.get_layer("table").embeddings.numpy()
+    model.compile(ft.LazyAdam8bit(learning_rate=0.01), "mse")
+    history = model.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < losses[0], losses
+    opt = model.optimizer
+    assert opt._momentums[0].dtype == "uint8"
+    w1 = model.get_layer("table").embeddings.numpy()
+    assert_bitwise(w1[rows // 2:], w0[rows // 2:], "rows never in a batch")
+    assert np.all(opt._momentums[0].numpy()[rows // 2:] == 0)
+    assert np.all(opt._absmax_m[0].numpy()[rows // 2:] == 0)
+    assert opt._absmax_v[0].numpy()[np.unique(x)].min() > 0
+    path = tmp_path / "model8.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer) is ft.LazyAdam8bit
+    assert int(loaded.optimizer.iterations) == 32
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
+        assert a.dtype == b.dtype
+        assert_bitwise(b.numpy(), a.numpy(), f"optimizer variable {a.path}")
+    for mdl in (model, loaded):
+        mdl.fit(x[:64], y[:64], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(model.weights, loaded.weights):
+        assert_bitwise(b.numpy(), a.numpy(), f"after resuming: {a.path}")
+    config = keras.optimizers.serialize(ft.LazyAdam8bit(beta_1=0.8, min_8bit_size=100))
+    again = keras.optimizers.deserialize(config)
+    assert type(again) is ft.LazyAdam8bit and again.min_8bit_size == 100 and again.beta_1 == 0.8
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="min_8bit_size"):
+            ft.LazyAdam8bit(min_8bit_size=bad)
+    table = keras.Variable(np.ones((4, 1024), np.float32))
+    opt = ft.LazyAdam8bit()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 9"):
+        opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, 1024)), tf.constant([0, 9]),
+                                               tf.constant([4, 1024])), table)])
+    assert_bitwise(table.numpy(), np.ones((4, 1024), np.float32), "refused: unchanged")
 
 
 # ---------------------------------------------------------------------------------------------

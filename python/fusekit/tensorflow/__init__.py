@@ -10,6 +10,10 @@
 - :class:`LazyAdam`: a Keras 3 optimizer that updates only the rows of an ``IndexedSlices``
   gradient (and is ``keras.optimizers.Adam`` on dense gradients).
 - :mod:`fusekit.tensorflow.legacy`: ``LazyAdam`` for tf_keras' legacy optimizers.
+- :class:`LazyAdam8bit`: :class:`LazyAdam` with 8-bit moments for its tables (fusekit's
+  LazyAdamQuant, ``FusekitResourceSparseApplyLazyAdamQuant``,
+  :func:`resource_sparse_apply_lazy_adam_quant`): ``2 dim + 8 ceil(dim / 256)`` bytes of state per
+  table row instead of ``8 dim``.
 
 The op library is built with the package when the build's Python imports TensorFlow
 (``-DFUSEKIT_TENSORFLOW=ON``, or ``AUTO`` as ``pip install --no-build-isolation .`` asks), and
@@ -51,15 +55,16 @@ _ops = None
 
 
 def op_library_path() -> str:
-    """The path of the op library, for ``tf.load_op_library`` (mx_rec's ``LazyAdam`` and
-    ``FusekitResourceSparseApplyLazyAdam``)."""
+    """The path of the op library, for ``tf.load_op_library`` (mx_rec's ``LazyAdam``,
+    ``FusekitResourceSparseApplyLazyAdam`` and ``FusekitResourceSparseApplyLazyAdamQuant``)."""
     return _LIBRARY
 
 
 def load():
     """The op library, loaded once per process (``tf.load_op_library(op_library_path())``): a
-    module whose functions are the ops, ``lazy_adam`` and
-    ``fusekit_resource_sparse_apply_lazy_adam``."""
+    module whose functions are the ops, ``lazy_adam``,
+    ``fusekit_resource_sparse_apply_lazy_adam`` and
+    ``fusekit_resource_sparse_apply_lazy_adam_quant``."""
     global _ops
     if _ops is None:
         _ops = tf.load_op_library(_LIBRARY)
@@ -100,9 +105,28 @@ def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float =
         use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=huge_pages, name=name)
 
 
+def resource_sparse_apply_lazy_adam_quant(var, m, v, absmax_m, absmax_v, qmap_m, qmap_v, lr, grad,
+                                          indices, beta1: float = 0.9, beta2: float = 0.999,
+                                          epsilon: float = 1e-7, huge_pages: bool = True,
+                                          name=None):
+    """One 8-bit LazyAdam step (fusekit's LazyAdamQuant) on resource variables: ``var`` float32
+    [rows, dim]; ``m``, ``v`` uint8 codes [rows, dim] into ``qmap_m``, ``qmap_v`` (float32 [256]:
+    :func:`fusekit.create_dynamic_map` signed and unsigned); ``absmax_m``, ``absmax_v`` float32
+    [rows, ceil(dim / 256)]; the rows of ``indices`` (int32 or int64 [N]; duplicates summed,
+    negative ones skipped) with ``grad`` [N, dim]; ``lr`` the bias-corrected step. The variables
+    are locked exclusively, and a variable whose buffer a live read shares is copied first.
+    ``huge_pages``: as :func:`resource_sparse_apply_lazy_adam`. Zero codes with a zero absmax are
+    zero moments (a fresh state). Returns the op."""
+    handles = [x.handle if hasattr(x, "handle") else x for x in (var, m, v, absmax_m, absmax_v)]
+    return load().fusekit_resource_sparse_apply_lazy_adam_quant(
+        *handles, qmap_m, qmap_v, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
+        huge_pages=huge_pages, name=name)
+
+
 # The Keras 3 optimizer, registered with Keras on import (so that keras.models.load_model finds
 # "fusekit>LazyAdam" once fusekit.tensorflow is imported). Keras comes with TensorFlow 2.16+.
-from ._keras import LazyAdam  # noqa: E402
+from ._keras import LazyAdam, LazyAdam8bit  # noqa: E402
 
 
-__all__ = ["op_library_path", "load", "lazy_adam", "resource_sparse_apply_lazy_adam", "LazyAdam"]
+__all__ = ["op_library_path", "load", "lazy_adam", "resource_sparse_apply_lazy_adam",
+           "resource_sparse_apply_lazy_adam_quant", "LazyAdam", "LazyAdam8bit"]

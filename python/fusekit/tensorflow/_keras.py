@@ -1,11 +1,14 @@
-"""fusekit.tensorflow.LazyAdam: a Keras 3 optimizer (TensorFlow backend) on fusekit's LazyAdam."""
+"""fusekit.tensorflow.LazyAdam and LazyAdam8bit: Keras 3 optimizers (TensorFlow backend) on
+fusekit's LazyAdam and LazyAdamQuant."""
 
 from __future__ import annotations
 
 import keras
 import tensorflow as tf
 
-from . import resource_sparse_apply_lazy_adam
+import fusekit
+
+from . import resource_sparse_apply_lazy_adam, resource_sparse_apply_lazy_adam_quant
 
 
 def lazy_adam_step_size(learning_rate, iterations, beta_1, beta_2):
@@ -79,4 +82,86 @@ class LazyAdam(keras.optimizers.Adam):
     def get_config(self):
         config = super().get_config()
         config.pop("amsgrad", None)
+        return config
+
+
+def _is_8bit_candidate(variable, min_8bit_size):
+    return (variable.shape.rank == 2 and variable.dtype == tf.float32
+            and variable.shape.num_elements() >= min_8bit_size)
+
+
+@keras.saving.register_keras_serializable(package="fusekit")
+class LazyAdam8bit(LazyAdam):
+    """:class:`LazyAdam` with 8-bit moments for its tables: every 2-D float32 variable of at
+    least ``min_8bit_size`` elements (default 4096, as bitsandbytes) keeps m and v as uint8 codes
+    into fusekit's dynamic maps, with one float32 absmax per row and block of 256 columns
+    (``2 dim + 8 ceil(dim / 256)`` bytes per row instead of ``8 dim``), stepped by fusekit's
+    LazyAdamQuant (docs/lazy_adam_quant.md): on the rows of an ``IndexedSlices`` gradient, and on
+    every row for a dense gradient. Smaller or other variables keep float32 moments and are
+    stepped as :class:`LazyAdam` steps them.
+
+    The 8-bit step per row: dequantize m and v, ``m = m*b1 + g*(1-b1)``,
+    ``v = |v*b2 + g*g*(1-b2)|``, ``var += (m * -lr_t) / (sqrt(v) + epsilon)`` in float32,
+    requantize (the nearest code, per block of the row); ``lr_t`` is Keras Adam's bias-corrected
+    step. A row whose new values would not be finite is left unchanged, codes and absmax included.
+    Arguments as :class:`LazyAdam`, plus ``min_8bit_size``; the state saves and loads with the
+    model (``.keras``), codes as uint8 variables.
+    """
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                 min_8bit_size=4096, name="lazy_adam_8bit", **kwargs):
+        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, int) \
+                or min_8bit_size < 0:
+            raise ValueError("fusekit.tensorflow.LazyAdam8bit: min_8bit_size must be an int >= 0, "
+                             f"got {min_8bit_size!r}")
+        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                         epsilon=epsilon, name=name, **kwargs)
+        self.min_8bit_size = min_8bit_size
+        self._qmap_m = fusekit.create_dynamic_map(True)
+        self._qmap_v = fusekit.create_dynamic_map(False)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        # The base optimizer's build (not Adam's, which would give every variable float32 slots).
+        super(keras.optimizers.Adam, self).build(var_list)
+        self._momentums, self._velocities, self._absmax_m, self._absmax_v = [], [], [], []
+        for variable in var_list:
+            if not _is_8bit_candidate(variable, self.min_8bit_size):
+                self._momentums.append(self.add_variable_from_reference(variable, "momentum"))
+                self._velocities.append(self.add_variable_from_reference(variable, "velocity"))
+                self._absmax_m.append(None)
+                self._absmax_v.append(None)
+                continue
+            rows, dim = (int(n) for n in variable.shape)
+            blocks = (dim + 255) // 256
+            prefix = variable.path.replace("/", "_")
+            # Zero codes with a zero absmax dequantize to zero moments: a fresh state.
+            self._momentums.append(self.add_variable((rows, dim), dtype="uint8",
+                                                     name=f"{prefix}_momentum_codes"))
+            self._velocities.append(self.add_variable((rows, dim), dtype="uint8",
+                                                      name=f"{prefix}_velocity_codes"))
+            self._absmax_m.append(self.add_variable((rows, blocks), dtype="float32",
+                                                    name=f"{prefix}_momentum_absmax"))
+            self._absmax_v.append(self.add_variable((rows, blocks), dtype="float32",
+                                                    name=f"{prefix}_velocity_absmax"))
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        if self._absmax_m[index] is None:
+            return super().update_step(gradient, variable, learning_rate)
+        if isinstance(gradient, tf.IndexedSlices):
+            values, indices = tf.cast(gradient.values, tf.float32), gradient.indices
+        else:  # a dense gradient: the 8-bit step on every row
+            values = tf.cast(gradient, tf.float32)
+            indices = tf.range(tf.shape(variable, out_type=tf.int64)[0])
+        resource_sparse_apply_lazy_adam_quant(
+            variable, self._momentums[index], self._velocities[index], self._absmax_m[index],
+            self._absmax_v[index], self._qmap_m, self._qmap_v,
+            lazy_adam_step_size(learning_rate, self.iterations, self.beta_1, self.beta_2),
+            values, indices, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon)
+
+    def get_config(self):
+        config = super().get_config()
+        config["min_8bit_size"] = self.min_8bit_size
         return config

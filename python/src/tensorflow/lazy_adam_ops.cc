@@ -17,17 +17,12 @@
 //
 // Both run fusekit's LazyAdam (sums duplicate indices, skips negative ones, checks every index
 // before writing anything); a refusal becomes InvalidArgumentError with fusekit's message.
-#define EIGEN_USE_THREADS  // TensorFlow's CPU device is Eigen's thread-pool device
-
-#include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "fusekit/lazy_adam.h"
-#include "fusekit/memory.h"
+#include "op_helpers.h"  // defines EIGEN_USE_THREADS before any TensorFlow header
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -35,6 +30,10 @@
 
 namespace {
 
+using fusekit_tf::CPUDevice;
+using fusekit_tf::HugePages;
+using fusekit_tf::to_tf;
+using fusekit_tf::view_of;
 using tensorflow::DT_FLOAT;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
@@ -42,24 +41,6 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
-using CPUDevice = Eigen::ThreadPoolDevice;
-
-// A TensorFlow tensor as a fusekit view (its dims, row-major contiguous).
-fusekit::TensorView view_of(const Tensor &t, fusekit::DType dtype) {
-  int64_t shape[fusekit::TensorView::kMaxDims] = {};
-  const int ndim = t.dims();
-  for (int i = 0; i < ndim && i < fusekit::TensorView::kMaxDims; ++i) shape[i] = t.dim_size(i);
-  void *data = t.NumElements() == 0 ? nullptr : const_cast<char *>(t.tensor_data().data());
-  return fusekit::TensorView::contiguous(data, dtype, shape, ndim);
-}
-
-absl::Status to_tf(const fusekit::Status &s) {
-  if (s.ok()) return absl::OkStatus();
-  if (s.code() == fusekit::StatusCode::kNoImplementation)
-    return absl::UnimplementedError(s.message());
-  if (s.code() == fusekit::StatusCode::kRuntimeError) return absl::InternalError(s.message());
-  return absl::InvalidArgumentError(s.message());
-}
 
 struct Attributes {
   float beta1 = 0, beta2 = 0, epsilon = 0;
@@ -115,42 +96,13 @@ absl::Status lazy_adam(OpKernelContext *ctx, const char *op, const Attributes &a
   TF_RETURN_IF_ERROR(to_tf(fusekit::LazyAdamProblem::make(t, options, &problem)));
   fusekit::LazyAdam plan;
   TF_RETURN_IF_ERROR(to_tf(fusekit::LazyAdam::plan(problem, options, &plan)));
-  Tensor workspace;
+  Tensor holder;
   void *ws = nullptr;
-  if (plan.workspace_size() > 0) {
-    TF_RETURN_IF_ERROR(ctx->allocate_temp(
-        tensorflow::DT_INT8, tensorflow::TensorShape({static_cast<int64_t>(plan.workspace_size())}),
-        &workspace));
-    ws = const_cast<char *>(workspace.tensor_data().data());
-  }
+  TF_RETURN_IF_ERROR(fusekit_tf::workspace(ctx, plan.workspace_size(), &holder, &ws));
   fusekit::LazyAdamScalars scalars;
   scalars.lr = lr.flat<float>()(0);
   return to_tf(plan.run(t, scalars, ws, plan.workspace_size()));
 }
-
-// The tables on huge pages, where they are: TensorFlow's allocator gives 4 KiB pages (with
-// transparent_hugepage "madvise", Debian's default), and a step at random rows is faster on 2 MiB
-// pages (44 -> 36 ms at the seed shape here). Each table buffer of at least 2 MiB is advised once
-// (fusekit::advise_huge_pages_in_place: MADV_HUGEPAGE and MADV_COLLAPSE; nothing moves, the values
-// stay), remembered by address and size per kernel.
-class HugePages {
- public:
-  void advise(const Tensor &t) {
-    const size_t bytes = t.TotalBytes();
-    if (bytes < fusekit::kHugePageBytes) return;
-    void *p = const_cast<char *>(t.tensor_data().data());
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::pair<void *, size_t> key{p, bytes};
-    if (std::find(advised_.begin(), advised_.end(), key) != advised_.end()) return;
-    if (advised_.size() >= 64) advised_.erase(advised_.begin());  // a table that was copied
-    advised_.push_back(key);
-    (void)fusekit::advise_huge_pages_in_place(p, bytes);
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::pair<void *, size_t>> advised_;
-};
 
 // ------------------------------------------------------------------------------------------------
 // LazyAdam: mx_rec's op. Outputs are the updated inputs (the same buffers).
@@ -259,12 +211,16 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
     // variable already in copy-on-read mode is updated in place.
     // The dtypes first: the locking helpers copy a float table (a variable of another dtype
     // would abort TensorFlow there).
-    for (int i = 0; i < 3; ++i) OP_REQUIRES_OK(ctx, check_variable(ctx, i));
+    static constexpr const char *kNames[3] = {"var", "m", "v"};
+    for (int i = 0; i < 3; ++i) {
+      OP_REQUIRES_OK(ctx, fusekit_tf::check_variable(ctx, "FusekitResourceSparseApplyLazyAdam", i,
+                                                     kNames[i], DT_FLOAT));
+    }
     auto locks = tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, float>(
         ctx, copy_on_read_ ? use_exclusive_lock_ : true, /*sparse=*/copy_on_read_, {0, 1, 2});
     Tensor tables[3];  // var, m, v
     for (int i = 0; i < 3; ++i) {
-      OP_REQUIRES_OK(ctx, table(ctx, i, &tables[i]));
+      OP_REQUIRES_OK(ctx, fusekit_tf::variable_tensor<float>(ctx, i, !copy_on_read_, &tables[i]));
       if (huge_pages_enabled_) huge_pages_.advise(tables[i]);
     }
     OP_REQUIRES_OK(ctx,
@@ -273,40 +229,6 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
   }
 
  private:
-  // Variable `input` holds an initialized float32 tensor (read under its lock).
-  static absl::Status check_variable(OpKernelContext *ctx, int input) {
-    static constexpr const char *kNames[3] = {"var", "m", "v"};
-    tensorflow::core::RefCountPtr<tensorflow::Var> var;
-    TF_RETURN_IF_ERROR(
-        tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, input), &var));
-    tsl::tf_shared_lock lock(*var->mu());
-    if (!var->tensor()->IsInitialized()) {
-      return absl::FailedPreconditionError(
-          std::string("FusekitResourceSparseApplyLazyAdam: attempting to use uninitialized "
-                      "variable ") +
-          kNames[input]);
-    }
-    if (var->tensor()->dtype() != DT_FLOAT) {
-      return absl::InvalidArgumentError(std::string("FusekitResourceSparseApplyLazyAdam: ") +
-                                        kNames[input] + " must be a float32 variable, got " +
-                                        tensorflow::DataTypeString(var->tensor()->dtype()));
-    }
-    return absl::OkStatus();
-  }
-
-  // The tensor of variable `input` to update in place (its lock held; checked before).
-  absl::Status table(OpKernelContext *ctx, int input, Tensor *out) const {
-    tensorflow::core::RefCountPtr<tensorflow::Var> var;
-    TF_RETURN_IF_ERROR(
-        tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, input), &var));
-    if (!copy_on_read_ && !var->copy_on_read_mode.load()) {
-      TF_RETURN_IF_ERROR(tensorflow::PrepareToUpdateVariable<CPUDevice, float>(
-          ctx, var->tensor(), /*copy_on_read_mode=*/false));
-    }
-    *out = *var->tensor();
-    return absl::OkStatus();
-  }
-
   Attributes attributes_;
   bool use_exclusive_lock_ = false;
   bool copy_on_read_ = true;
