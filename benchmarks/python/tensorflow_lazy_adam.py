@@ -5,8 +5,9 @@
    --cpp-bench, the C++ benchmark (benchmarks/lazy_adam_bench, BM_LazyAdam at D = 32) run right
    after in the same process tree, for the ratio.
 2. keras: one Keras 3 train step (model.train_on_batch) of Embedding(2_000_000, 32) -> sum -> a
-   Dense head, a batch of 564,096 distinct ids, with keras.optimizers.Adam and with
-   fusekit.tensorflow.LazyAdam.
+   Dense head, a batch of 564,096 distinct ids, with keras.optimizers.Adam,
+   fusekit.tensorflow.LazyAdam and fusekit.tensorflow.LazyAdam8bit (8-bit moments), and the bytes
+   of optimizer state each holds.
 3. growth: LazyAdam's train step at a fixed 65,536 touched rows and tables of 200,000 and
    2,000,000 rows: the step time should not grow with the table (no full-table copy per step).
 
@@ -88,7 +89,10 @@ def bench_keras_step(rows, n, make_optimizer, repeats, rng):
     x = rng.permutation(rows)[:n].astype(np.int32).reshape(n, 1)
     y = rng.standard_normal((n, 1)).astype(np.float32)
     xt, yt = tf.constant(x), tf.constant(y)
-    return median_time(lambda: model.train_on_batch(xt, yt), repeats)
+    seconds = median_time(lambda: model.train_on_batch(xt, yt), repeats)
+    state = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                for v in model.optimizer.variables)
+    return seconds, state
 
 
 def main():
@@ -122,17 +126,22 @@ def main():
             print(f"op / C++, median of {len(rounds)} rounds: {report['op_over_cpp']:.2f}")
     if "keras" not in skip:
         for name, make in (("keras.optimizers.Adam", keras.optimizers.Adam),
-                           ("fusekit.tensorflow.LazyAdam", ft.LazyAdam)):
-            seconds = bench_keras_step(R, N, make, args.repeats, rng)
+                           ("fusekit.tensorflow.LazyAdam", ft.LazyAdam),
+                           ("fusekit.tensorflow.LazyAdam8bit", ft.LazyAdam8bit)):
+            seconds, state = bench_keras_step(R, N, make, args.repeats, rng)
             report.setdefault("keras_step", {})[name] = seconds
-            print(f"keras step, Embedding({R}, {D}), {N} rows: {name}: {seconds * 1e3:.1f} ms",
-                  flush=True)
+            report.setdefault("keras_state_bytes", {})[name] = state
+            print(f"keras step, Embedding({R}, {D}), {N} rows: {name}: {seconds * 1e3:.1f} ms, "
+                  f"optimizer state {state / 2**20:.1f} MiB", flush=True)
         k = report["keras_step"]
         report["keras_speedup"] = k["keras.optimizers.Adam"] / k["fusekit.tensorflow.LazyAdam"]
-        print(f"speed-up: {report['keras_speedup']:.1f}x", flush=True)
+        report["keras_speedup_8bit"] = (k["keras.optimizers.Adam"] /
+                                        k["fusekit.tensorflow.LazyAdam8bit"])
+        print(f"speed-up: {report['keras_speedup']:.1f}x (8-bit: "
+              f"{report['keras_speedup_8bit']:.1f}x)", flush=True)
     if "growth" not in skip:
         for rows in (200_000, 2_000_000):
-            seconds = bench_keras_step(rows, 65_536, ft.LazyAdam, args.repeats, rng)
+            seconds, _ = bench_keras_step(rows, 65_536, ft.LazyAdam, args.repeats, rng)
             report.setdefault("growth", {})[rows] = seconds
             print(f"LazyAdam keras step, 65,536 rows of {rows}: {seconds * 1e3:.1f} ms", flush=True)
     if args.json:

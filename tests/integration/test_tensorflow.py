@@ -441,70 +441,88 @@ def random_quant_case(rng, rows, dim, n):
 QUANT_NAMES = ("m", "v", "var", "absmax_m", "absmax_v")
 
 
+def packed(m, v, am, av):
+    """The op's state of one table: codes [rows, 2, dim], absmax [rows, 2, blocks]."""
+    return np.stack([m, v], axis=1), np.stack([am, av], axis=1)
+
+
+def unpacked(var, codes, absmax):
+    """(m, v, var, absmax_m, absmax_v) of the op's variables, as NumPy arrays."""
+    c, a = np.asarray(codes), np.asarray(absmax)
+    return c[:, 0], c[:, 1], np.asarray(var), a[:, 0], a[:, 1]
+
+
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("dim,index_dtype", [(8, np.int32), (257, np.int64), (40, np.int64)])
 def test_resource_quant_op_bitwise(mode, dim, index_dtype):
     rng = np.random.default_rng(SEED + 61 + dim)
     rows, n = 40, 50
     m, v, var, am, av, grad, indices = random_quant_case(rng, rows, dim, n)
-    variables = [tf.Variable(x) for x in (m, v, var, am, av)]
-    before = variables[2].read_value()  # a live read: the op must not write through it
+    codes, absmax = packed(m, v, am, av)
+    tv, tc, ta = tf.Variable(var), tf.Variable(codes), tf.Variable(absmax)
+    before = tv.read_value()  # a live read: the op must not write through it
 
     def step(g, i, lr):
-        ft.resource_sparse_apply_lazy_adam_quant(
-            variables[2], variables[0], variables[1], variables[3], variables[4], QM, QV, lr, g,
-            i, beta1=B1, beta2=B2, epsilon=EPS)
+        ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ta, QM, QV, lr, g, i, beta1=B1,
+                                                 beta2=B2, epsilon=EPS)
 
     run = tf.function(step) if mode == "function" else step
     want = (m, v, var, am, av)
     for k, lr in enumerate((0.01, 0.003)):
         run(tf.constant(grad), tf.constant(indices.astype(index_dtype)), tf.constant(lr))
         want = quant_golden(grad, indices, *want, lr)
-        for name, got, exp in zip(QUANT_NAMES, variables, want):
-            assert_bitwise(got.numpy(), exp, f"step {k} {name}")
+        got = unpacked(tv.numpy(), tc.numpy(), ta.numpy())
+        for name, x, exp in zip(QUANT_NAMES, got, want):
+            assert_bitwise(np.ascontiguousarray(x), exp, f"step {k} {name}")
     untouched = np.setdiff1d(np.arange(rows), indices)
     assert untouched.size > 0
-    assert_bitwise(variables[0].numpy()[untouched], m[untouched], "untouched rows' codes")
+    assert_bitwise(tc.numpy()[untouched], codes[untouched], "untouched rows' codes")
     assert_bitwise(before.numpy(), var, "a read taken before the update")
 
 
 def test_resource_quant_op_refusals():
     rng = np.random.default_rng(SEED + 71)
     m, v, var, am, av, grad, indices = random_quant_case(rng, 12, 8, 6)
-    originals = (m, v, var, am, av)
+    codes, absmax = packed(m, v, am, av)
+    originals = (var, codes, absmax)
 
     def fresh():
         return [tf.Variable(x) for x in originals]
 
-    def call(vs, g=grad, i=indices, qm=None, qv=None, lr=0.01):
-        return ft.resource_sparse_apply_lazy_adam_quant(
-            vs[2], vs[0], vs[1], vs[3], vs[4], QM if qm is None else qm, QV if qv is None else qv,
-            lr, g, i)
+    def call(vs, g=grad, i=indices, qm=QM, qv=QV, lr=0.01):
+        return ft.resource_sparse_apply_lazy_adam_quant(*vs, qm, qv, lr, g, i)
+
+    def unchanged(vs, what):
+        for name, got, exp in zip(("var", "codes", "absmax"), vs, originals):
+            assert_bitwise(got.numpy(), exp, f"{what}: {name} unchanged")
 
     vs = fresh()
     bad = indices.copy()
     bad[4] = 12
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[4\] = 12"):
         call(vs, i=bad)
-    for name, got, exp in zip(QUANT_NAMES, vs, originals):
-        assert_bitwise(got.numpy(), exp, f"refused: {name} unchanged")
+    unchanged(vs, "refused index")
     unsorted = QV.copy()
     unsorted[[10, 11]] = unsorted[[11, 10]]
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"qmapV\[11\].*ascending"):
         call(vs, qv=unsorted)
-    for name, got, exp in zip(QUANT_NAMES, vs, originals):
-        assert_bitwise(got.numpy(), exp, f"refused map: {name} unchanged")
+    unchanged(vs, "refused map")
     wrong = fresh()
-    wrong[0] = tf.Variable(m.astype(np.float32))
+    wrong[1] = tf.Variable(codes.astype(np.float32))
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="m must be a uint8 variable, got float"):
+                       match="codes must be a uint8 variable, got float"):
         call(wrong)
     with pytest.raises(tf.errors.InvalidArgumentError, match="lr must be a scalar"):
         call(fresh(), lr=tf.constant([0.1, 0.2]))
-    short = fresh()
-    short[3] = tf.Variable(am[:5])
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"absmax.*got float32 \[5, 1\]"):
-        call(short)
+    for k, shape_bad in ((1, m), (2, absmax[:5]), (2, np.stack([am], axis=1))):
+        bad_vs = fresh()
+        bad_vs[k] = tf.Variable(shape_bad)
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"codes must be \[12, 2, 8\] and absmax \[12, 2, 1\]"):
+            call(bad_vs)
+        for j, (got, exp) in enumerate(zip(bad_vs, originals)):
+            if j != k:
+                assert_bitwise(got.numpy(), exp, f"refused shape: variable {j} unchanged")
 
 
 def test_keras_8bit_sparse_and_dense_steps_against_golden():
@@ -519,32 +537,28 @@ def test_keras_8bit_sparse_and_dense_steps_against_golden():
     opt, float_opt = ft.LazyAdam8bit(learning_rate=0.02), ft.LazyAdam(learning_rate=0.02)
     opt.build([table, small])
     float_opt.build([twin])
-    blocks = 1
     kinds = [(x.dtype, tuple(x.shape)) for x in opt.variables if "iteration" not in x.path
              and "learning_rate" not in x.path]
-    assert kinds == [("uint8", (rows, dim)), ("uint8", (rows, dim)), ("float32", (rows, blocks)),
-                     ("float32", (rows, blocks)), ("float32", (10, 4)), ("float32", (10, 4))], kinds
+    assert kinds == [("uint8", (rows, 2, dim)), ("float32", (rows, 2, 1)),
+                     ("float32", (10, 4)), ("float32", (10, 4))], kinds
     state = (np.zeros((rows, dim), np.uint8), np.zeros((rows, dim), np.uint8), var,
-             np.zeros((rows, blocks), np.float32), np.zeros((rows, blocks), np.float32))
+             np.zeros((rows, 1), np.float32), np.zeros((rows, 1), np.float32))
     small_grad = rng.standard_normal((10, 4)).astype(np.float32)
     for k in range(3):
         lr_t = ft._keras.lazy_adam_step_size(opt.learning_rate, opt.iterations, B1, B2).numpy()
         if k < 2:
             g = tf.IndexedSlices(tf.constant(grad), tf.constant(indices), tf.constant([rows, dim]))
-            gi = indices
-            gv = grad
+            gi, gv = indices, grad
         else:  # dense: every row
             gv = rng.standard_normal((rows, dim)).astype(np.float32)
             g, gi = tf.constant(gv), np.arange(rows)
         opt.apply_gradients([(g, table), (tf.constant(small_grad), small)])
         float_opt.apply_gradients([(tf.constant(small_grad), twin)])
-        state = quant_golden(gv, gi, state[0], state[1], state[2], state[3], state[4], lr_t)
-        got = (opt._momentums[0], opt._velocities[0], table, opt._absmax_m[0], opt._absmax_v[0])
+        state = quant_golden(gv, gi, *state, lr_t)
+        got = unpacked(table.numpy(), opt._codes[0].numpy(), opt._absmax[0].numpy())
         for name, x, exp in zip(QUANT_NAMES, got, state):
-            assert_bitwise(x.numpy(), exp, f"step {k} {name}")
+            assert_bitwise(np.ascontiguousarray(x), exp, f"step {k} {name}")
         assert_bitwise(small.numpy(), twin.numpy(), f"step {k}: the small variable as LazyAdam")
-    untouched = np.setdiff1d(np.arange(rows), indices)
-    assert untouched.size > 0
 
 
 def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
@@ -559,12 +573,12 @@ def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
     losses = history.history["loss"]
     assert losses[-1] < losses[0], losses
     opt = model.optimizer
-    assert opt._momentums[0].dtype == "uint8"
+    assert opt._codes[0].dtype == "uint8"
     w1 = model.get_layer("table").embeddings.numpy()
     assert_bitwise(w1[rows // 2:], w0[rows // 2:], "rows never in a batch")
-    assert np.all(opt._momentums[0].numpy()[rows // 2:] == 0)
-    assert np.all(opt._absmax_m[0].numpy()[rows // 2:] == 0)
-    assert opt._absmax_v[0].numpy()[np.unique(x)].min() > 0
+    assert np.all(opt._codes[0].numpy()[rows // 2:] == 0)
+    assert np.all(opt._absmax[0].numpy()[rows // 2:] == 0)
+    assert opt._absmax[0].numpy()[np.unique(x), 1].min() > 0  # v's absmax of every row seen
     path = tmp_path / "model8.keras"
     model.save(path)
     loaded = keras.models.load_model(path)

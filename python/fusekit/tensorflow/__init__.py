@@ -105,19 +105,20 @@ def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float =
         use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=huge_pages, name=name)
 
 
-def resource_sparse_apply_lazy_adam_quant(var, m, v, absmax_m, absmax_v, qmap_m, qmap_v, lr, grad,
-                                          indices, beta1: float = 0.9, beta2: float = 0.999,
+def resource_sparse_apply_lazy_adam_quant(var, codes, absmax, qmap_m, qmap_v, lr, grad, indices,
+                                          beta1: float = 0.9, beta2: float = 0.999,
                                           epsilon: float = 1e-7, huge_pages: bool = True,
                                           name=None):
     """One 8-bit LazyAdam step (fusekit's LazyAdamQuant) on resource variables: ``var`` float32
-    [rows, dim]; ``m``, ``v`` uint8 codes [rows, dim] into ``qmap_m``, ``qmap_v`` (float32 [256]:
-    :func:`fusekit.create_dynamic_map` signed and unsigned); ``absmax_m``, ``absmax_v`` float32
-    [rows, ceil(dim / 256)]; the rows of ``indices`` (int32 or int64 [N]; duplicates summed,
-    negative ones skipped) with ``grad`` [N, dim]; ``lr`` the bias-corrected step. The variables
-    are locked exclusively, and a variable whose buffer a live read shares is copied first.
-    ``huge_pages``: as :func:`resource_sparse_apply_lazy_adam`. Zero codes with a zero absmax are
-    zero moments (a fresh state). Returns the op."""
-    handles = [x.handle if hasattr(x, "handle") else x for x in (var, m, v, absmax_m, absmax_v)]
+    [rows, dim] and its state, packed by row: ``codes`` uint8 [rows, 2, dim] (m's codes into
+    ``qmap_m``, then v's into ``qmap_v``; the maps float32 [256], :func:`fusekit.create_dynamic_map`
+    signed and unsigned) and ``absmax`` float32 [rows, 2, ceil(dim / 256)] (m's, then v's); the
+    rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
+    ``grad`` [N, dim]; ``lr`` the bias-corrected step. Zero codes with a zero absmax are zero
+    moments (a fresh state). The variables are locked exclusively, and a variable whose buffer a
+    live read shares is copied first. ``huge_pages``: as :func:`resource_sparse_apply_lazy_adam`.
+    Returns the op."""
+    handles = [x.handle if hasattr(x, "handle") else x for x in (var, codes, absmax)]
     return load().fusekit_resource_sparse_apply_lazy_adam_quant(
         *handles, qmap_m, qmap_v, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
         huge_pages=huge_pages, name=name)

@@ -95,7 +95,9 @@ class LazyAdam8bit(LazyAdam):
     """:class:`LazyAdam` with 8-bit moments for its tables: every 2-D float32 variable of at
     least ``min_8bit_size`` elements (default 4096, as bitsandbytes) keeps m and v as uint8 codes
     into fusekit's dynamic maps, with one float32 absmax per row and block of 256 columns
-    (``2 dim + 8 ceil(dim / 256)`` bytes per row instead of ``8 dim``), stepped by fusekit's
+    (``2 dim + 8 ceil(dim / 256)`` bytes per row instead of ``8 dim``; two variables, the codes
+    uint8 [rows, 2, dim] and the absmax float32 [rows, 2, blocks], m's and v's side by side in each
+    row, as the op takes them), stepped by fusekit's
     LazyAdamQuant (docs/lazy_adam_quant.md): on the rows of an ``IndexedSlices`` gradient, and on
     every row for a dense gradient. Smaller or other variables keep float32 moments and are
     stepped as :class:`LazyAdam` steps them.
@@ -125,30 +127,28 @@ class LazyAdam8bit(LazyAdam):
             return
         # The base optimizer's build (not Adam's, which would give every variable float32 slots).
         super(keras.optimizers.Adam, self).build(var_list)
-        self._momentums, self._velocities, self._absmax_m, self._absmax_v = [], [], [], []
+        self._momentums, self._velocities, self._codes, self._absmax = [], [], [], []
         for variable in var_list:
             if not _is_8bit_candidate(variable, self.min_8bit_size):
                 self._momentums.append(self.add_variable_from_reference(variable, "momentum"))
                 self._velocities.append(self.add_variable_from_reference(variable, "velocity"))
-                self._absmax_m.append(None)
-                self._absmax_v.append(None)
+                self._codes.append(None)
+                self._absmax.append(None)
                 continue
             rows, dim = (int(n) for n in variable.shape)
-            blocks = (dim + 255) // 256
             prefix = variable.path.replace("/", "_")
-            # Zero codes with a zero absmax dequantize to zero moments: a fresh state.
-            self._momentums.append(self.add_variable((rows, dim), dtype="uint8",
-                                                     name=f"{prefix}_momentum_codes"))
-            self._velocities.append(self.add_variable((rows, dim), dtype="uint8",
-                                                      name=f"{prefix}_velocity_codes"))
-            self._absmax_m.append(self.add_variable((rows, blocks), dtype="float32",
-                                                    name=f"{prefix}_momentum_absmax"))
-            self._absmax_v.append(self.add_variable((rows, blocks), dtype="float32",
-                                                    name=f"{prefix}_velocity_absmax"))
+            # Packed by row (m's, then v's), as the op takes them; zero codes with a zero absmax
+            # dequantize to zero moments: a fresh state.
+            self._momentums.append(None)
+            self._velocities.append(None)
+            self._codes.append(self.add_variable((rows, 2, dim), dtype="uint8",
+                                                 name=f"{prefix}_moment_codes"))
+            self._absmax.append(self.add_variable((rows, 2, (dim + 255) // 256), dtype="float32",
+                                                  name=f"{prefix}_moment_absmax"))
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
-        if self._absmax_m[index] is None:
+        if self._codes[index] is None:
             return super().update_step(gradient, variable, learning_rate)
         if isinstance(gradient, tf.IndexedSlices):
             values, indices = tf.cast(gradient.values, tf.float32), gradient.indices
@@ -156,8 +156,7 @@ class LazyAdam8bit(LazyAdam):
             values = tf.cast(gradient, tf.float32)
             indices = tf.range(tf.shape(variable, out_type=tf.int64)[0])
         resource_sparse_apply_lazy_adam_quant(
-            variable, self._momentums[index], self._velocities[index], self._absmax_m[index],
-            self._absmax_v[index], self._qmap_m, self._qmap_v,
+            variable, self._codes[index], self._absmax[index], self._qmap_m, self._qmap_v,
             lazy_adam_step_size(learning_rate, self.iterations, self.beta_1, self.beta_2),
             values, indices, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon)
 
