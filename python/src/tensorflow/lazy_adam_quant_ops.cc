@@ -86,8 +86,8 @@ class ResourceSparseApplyLazyAdamQuantOp : public OpKernel {
 
   void Compute(OpKernelContext *ctx) override {
     static constexpr const char *kNames[3] = {"var", "codes", "absmax"};
-    static constexpr tensorflow::DataType kTypes[3] = {
-        tensorflow::DT_FLOAT, tensorflow::DT_UINT8, tensorflow::DT_FLOAT};
+    static constexpr tensorflow::DataType kTypes[3] = {tensorflow::DT_FLOAT, tensorflow::DT_UINT8,
+                                                       tensorflow::DT_FLOAT};
     for (int i = 0; i < 3; ++i)
       OP_REQUIRES_OK(ctx, fusekit_tf::check_variable(ctx, kOp, i, kNames[i], kTypes[i]));
     const Tensor &lr = ctx->input(5);
@@ -106,8 +106,8 @@ class ResourceSparseApplyLazyAdamQuantOp : public OpKernel {
                                            ": var must be a 2-D table [rows, dim], got shape " +
                                            var.shape().DebugString()));
     const int64_t rows = var.dim_size(0), dim = var.dim_size(1);
-    const int64_t blocks = (dim + fusekit::kLazyAdamQuantBlockSize - 1) /
-                           fusekit::kLazyAdamQuantBlockSize;
+    const int64_t blocks =
+        (dim + fusekit::kLazyAdamQuantBlockSize - 1) / fusekit::kLazyAdamQuantBlockSize;
     const auto packed = [&](const Tensor &t, int64_t cols) {
       return t.dims() == 3 && t.dim_size(0) == rows && t.dim_size(1) == 2 && t.dim_size(2) == cols;
     };
