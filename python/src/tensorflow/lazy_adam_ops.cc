@@ -177,14 +177,7 @@ REGISTER_OP("FusekitResourceSparseApplyLazyAdam")
     .Attr("use_locking: bool = false")
     .Attr("copy_on_read: bool = true")
     .Attr("huge_pages: bool = true")
-    .SetShapeFn([](InferenceContext *c) {
-      ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(3), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 2, &unused));
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(5), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(5), 2, &unused));
-      return absl::OkStatus();
-    })
+    .SetShapeFn([](InferenceContext *c) { return fusekit_tf::sparse_apply_step_shapes(c, 3); })
     .Doc(R"doc(
 fusekit's LazyAdam on resource variables var, m and v (float32 [rows, dim]), the rows named by
 indices (duplicates summed, negative ones skipped, an index >= rows refused before anything is
@@ -236,15 +229,7 @@ class ResourceSparseApplyLazyAdamOp : public OpKernel {
   HugePages huge_pages_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("FusekitResourceSparseApplyLazyAdam")
-                            .Device(tensorflow::DEVICE_CPU)
-                            .TypeConstraint<int32_t>("Tindices")
-                            .Priority(10),
-                        ResourceSparseApplyLazyAdamOp);
-REGISTER_KERNEL_BUILDER(Name("FusekitResourceSparseApplyLazyAdam")
-                            .Device(tensorflow::DEVICE_CPU)
-                            .TypeConstraint<int64_t>("Tindices")
-                            .Priority(10),
-                        ResourceSparseApplyLazyAdamOp);
+FUSEKIT_TF_CPU_KERNEL_BY_INDEX_TYPE("FusekitResourceSparseApplyLazyAdam",
+                                    ResourceSparseApplyLazyAdamOp);
 
 }  // namespace

@@ -54,13 +54,9 @@ REGISTER_OP("FusekitResourceSparseApplyLazyAdamQuant")
     .Attr("huge_pages: bool = true")
     .SetShapeFn([](InferenceContext *c) {
       ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));  // the maps
       TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(5), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 2, &unused));
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(7), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(7), 2, &unused));
-      return absl::OkStatus();
+      return fusekit_tf::sparse_apply_step_shapes(c, 5);
     })
     .Doc(R"doc(
 fusekit's LazyAdamQuant on resource variables: var (float32 [rows, dim]) and its 8-bit state,
@@ -162,15 +158,7 @@ class ResourceSparseApplyLazyAdamQuantOp : public OpKernel {
   fusekit_tf::HugePages huge_pages_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("FusekitResourceSparseApplyLazyAdamQuant")
-                            .Device(tensorflow::DEVICE_CPU)
-                            .TypeConstraint<int32_t>("Tindices")
-                            .Priority(10),
-                        ResourceSparseApplyLazyAdamQuantOp);
-REGISTER_KERNEL_BUILDER(Name("FusekitResourceSparseApplyLazyAdamQuant")
-                            .Device(tensorflow::DEVICE_CPU)
-                            .TypeConstraint<int64_t>("Tindices")
-                            .Priority(10),
-                        ResourceSparseApplyLazyAdamQuantOp);
+FUSEKIT_TF_CPU_KERNEL_BY_INDEX_TYPE("FusekitResourceSparseApplyLazyAdamQuant",
+                                    ResourceSparseApplyLazyAdamQuantOp);
 
 }  // namespace

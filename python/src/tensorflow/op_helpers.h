@@ -20,6 +20,7 @@
 #include "fusekit/tensor.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
 
 namespace fusekit_tf {
@@ -119,6 +120,27 @@ absl::Status variable_tensor(tensorflow::OpKernelContext *ctx, int input, bool c
   return absl::OkStatus();
 }
 
+// The shapes of a sparse apply's per-step inputs, `lr` at input `lr` followed by `grad` and
+// `indices`: lr a scalar (rank <= 1), grad [N, dim], indices [N] or [N, 1].
+inline absl::Status sparse_apply_step_shapes(tensorflow::shape_inference::InferenceContext *c,
+                                             int lr) {
+  tensorflow::shape_inference::ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(lr), 1, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(lr + 1), 2, &unused));
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(lr + 2), 1, &unused));
+  return c->WithRankAtMost(c->input(lr + 2), 2, &unused);
+}
+
 }  // namespace fusekit_tf
+
+// The CPU kernel `Op` of op `name` for both index types (attribute Tindices), at a priority above
+// the default (10).
+#define FUSEKIT_TF_CPU_KERNEL_BY_INDEX_TYPE(name, Op)                                             \
+  REGISTER_KERNEL_BUILDER(                                                                        \
+      Name(name).Device(tensorflow::DEVICE_CPU).TypeConstraint<int32_t>("Tindices").Priority(10), \
+      Op);                                                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                        \
+      Name(name).Device(tensorflow::DEVICE_CPU).TypeConstraint<int64_t>("Tindices").Priority(10), \
+      Op)
 
 #endif  // FUSEKIT_PYTHON_SRC_TENSORFLOW_OP_HELPERS_H_
