@@ -1,6 +1,8 @@
-"""fusekit.tensorflow against TensorFlow 2.21, Keras 3.15 and tf-keras 2.21 (requirements/tensorflow.txt;
-the lane in .ci/integration builds the op library with -DFUSEKIT_TENSORFLOW=ON and runs this file
-with PYTHONPATH=<that build>/python).
+"""fusekit.tensorflow against TensorFlow 2.21, Keras 3.15 and tf-keras 2.21
+(requirements/tensorflow.txt). The lane in .ci/integration builds the wheel in that environment
+(pip wheel --no-build-isolation: the op library comes with it when TensorFlow is importable) and
+runs this file against the installed copy; locally, PYTHONPATH=<a CMake build with
+-DFUSEKIT_TENSORFLOW=ON>/python.
 
 - mx_rec's call pattern, tf.compat.v1 graph mode on TF1 ref variables, against an independent NumPy
   float32 reference (docs/lazy_adam.md's order of operations), bit for bit; in place; fusekit's
@@ -144,11 +146,23 @@ def test_mx_rec_pattern_empty_batch_and_out_of_range():
             assert_bitwise(got, want, "a refused step modifies nothing")
 
 
-def stub_library():
-    stub = pathlib.Path(ft.op_library_path()).parents[3] / "tests/tensorflow/_mx_rec_stub_ops.so"
-    if not stub.exists():
-        pytest.skip(f"no stand-in for mx_rec's op library at {stub} (built by the CMake build)")
-    return stub
+@pytest.fixture(scope="module")
+def stub_library(tmp_path_factory):
+    """The stand-in for mx_rec's library: the CMake build's (<build>/tests/tensorflow), or, for an
+    installed fusekit (the lane's wheel), compiled here with TensorFlow's own flags."""
+    built = pathlib.Path(ft.op_library_path()).parents[3] / "tests/tensorflow/_mx_rec_stub_ops.so"
+    if built.exists():
+        return built
+    source = pathlib.Path(__file__).with_name("tensorflow_mx_rec_stub.cc")
+    out = tmp_path_factory.mktemp("stub") / "_mx_rec_stub_ops.so"
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the stand-in for mx_rec's op library")
+    command = [cxx, "-shared", "-fPIC", "-O1", str(source), "-o", str(out),
+               *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, " ".join(command) + "\n" + run.stderr[-3000:]
+    return out
 
 
 _KERNEL_CHECK = """
@@ -174,9 +188,9 @@ sys.exit(0 if changed == [2] else 1)
 
 
 @pytest.mark.parametrize("order", [("stub", "fusekit"), ("fusekit", "stub")])
-def test_fusekit_kernel_wins_over_mx_rec_stub(order):
+def test_fusekit_kernel_wins_over_mx_rec_stub(order, stub_library):
     """Both libraries register LazyAdam's CPU kernel; fusekit's priority picks its kernel."""
-    run = subprocess.run([sys.executable, "-c", _KERNEL_CHECK, *order, str(stub_library())],
+    run = subprocess.run([sys.executable, "-c", _KERNEL_CHECK, *order, str(stub_library)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
 
