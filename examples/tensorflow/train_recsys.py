@@ -1,5 +1,6 @@
-"""Train a small two-tower click model in Keras 3 with keras.optimizers.Adam and with
-fusekit.tensorflow.LazyAdam (the TensorFlow twin of examples/python/train_recsys.py).
+"""Train a small two-tower click model in Keras 3 with keras.optimizers.Adam, with
+fusekit.tensorflow.LazyAdam and with fusekit.tensorflow.LazyAdam8bit (8-bit moments for the
+tables): the TensorFlow twin of examples/python/train_recsys.py.
 
 The model: a user table and an item table (keras.layers.Embedding, a few million rows in all) and a
 small MLP on [u, i, u * i] plus the dot product <u, i>, one optimizer for everything (LazyAdam is
@@ -9,7 +10,7 @@ item vectors, an item popularity bias), so the loss has something to fall to.
 
 Every optimizer trains the same model from the same start on the same batches, one after the
 other (model.train_on_batch, XLA off). Printed per optimizer: the final training loss, held-out
-log loss and AUC, the median seconds of a train step; a plot of the loss curves (--plot, needs
+log loss and AUC, the median seconds of a train step, the bytes of optimizer state; a plot of the loss curves (--plot, needs
 matplotlib) and the figures as JSON (--json).
 
     PYTHONPATH=build-tf/python python examples/tensorflow/train_recsys.py      # a few minutes
@@ -41,6 +42,7 @@ from recsys_data import World  # noqa: E402  (examples/python/recsys_data.py)
 OPTIMIZERS = {
     "keras": ("keras.optimizers.Adam", keras.optimizers.Adam),
     "fusekit": ("fusekit.tensorflow.LazyAdam", ft.LazyAdam),
+    "fusekit8": ("fusekit.tensorflow.LazyAdam8bit", ft.LazyAdam8bit),
 }
 
 
@@ -86,12 +88,16 @@ def train_one(name, args, batches, heldout):
         losses.append(float(loss))
     hu, hi, hy = heldout
     scores = model.predict([hu, hi], batch_size=65536, verbose=0).reshape(-1)
+    state = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                for v in model.optimizer.variables)
     result = dict(name=name, label=label, losses=losses,
                   step_s=statistics.median(times[2:]) if len(times) > 2 else times[-1],
-                  heldout_log_loss=log_loss(scores, hy), heldout_auc=auc(scores, hy))
+                  heldout_log_loss=log_loss(scores, hy), heldout_auc=auc(scores, hy),
+                  state_bytes=state)
     print(f"{label}: final loss {np.mean(losses[-10:]):.4f}, held-out log loss "
           f"{result['heldout_log_loss']:.4f}, AUC {result['heldout_auc']:.4f}, "
-          f"step {result['step_s'] * 1e3:.1f} ms (median)", flush=True)
+          f"step {result['step_s'] * 1e3:.1f} ms (median), optimizer state "
+          f"{state / 2**20:.1f} MiB", flush=True)
     return result
 
 
@@ -106,17 +112,20 @@ def plot(results, path, args, oracle):
     for n, r in enumerate(results):
         c = np.cumsum(np.r_[0.0, r["losses"]])
         y = (c[k:] - c[:-k]) / k
-        axes[0].plot(np.arange(len(y)) + k, y, ["-", "--"][n % 2], lw=1.6,
+        axes[0].plot(np.arange(len(y)) + k, y, ["-", "--", ":"][n % 3], lw=1.6,
                      label=f"{r['label']} (held-out AUC {r['heldout_auc']:.4f})")
     axes[0].axhline(oracle, color="grey", lw=0.8, ls=":", label=f"planted truth {oracle:.3f}")
     axes[0].set_xlabel("step")
     axes[0].set_ylabel(f"training log loss (moving mean of {k})")
     axes[0].grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    names = [r["label"].replace(".optimizers.", ".\n").replace(".tensorflow.", ".tf.\n")
+    names = [r["label"].replace("keras.optimizers.", "keras\n").replace("fusekit.tensorflow.",
+                                                                         "fusekit\n")
              for r in results]
-    bars = axes[1].bar(names, [r["step_s"] * 1e3 for r in results], color=["C0", "C1"])
+    bars = axes[1].bar(names, [r["step_s"] * 1e3 for r in results],
+                       color=[f"C{n}" for n in range(len(results))])
     axes[1].bar_label(bars, fmt="%.0f ms", fontsize=8)
+    axes[1].tick_params(axis="x", labelsize=8)
     axes[1].set_ylabel("train step, median (ms)")
     users, items = args.rows
     fig.suptitle(f"Keras two-tower click model: {users:,} + {items:,} rows x {args.dim}, batch "
@@ -139,7 +148,7 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--zipf", type=float, default=1.0)
     p.add_argument("--heldout", type=int, default=200_000)
-    p.add_argument("--optimizers", default="keras,fusekit")
+    p.add_argument("--optimizers", default="keras,fusekit,fusekit8")
     p.add_argument("--plot", default="")
     p.add_argument("--json", default="")
     p.add_argument("--seed", type=int, default=20261207)
@@ -155,9 +164,9 @@ def main(argv=None):
           f"{args.dim}; a batch touches {len(np.unique(batches[0][0])):,} distinct users; "
           f"planted truth: held-out log loss {oracle:.4f}", flush=True)
     results = [train_one(name, args, batches, (hu, hi, hy)) for name in args.optimizers.split(",")]
-    if len(results) == 2:
-        print(f"step time: {results[0]['label']} / {results[1]['label']} = "
-              f"{results[0]['step_s'] / results[1]['step_s']:.1f}x")
+    for r in results[1:]:
+        print(f"step time: {results[0]['label']} / {r['label']} = "
+              f"{results[0]['step_s'] / r['step_s']:.1f}x")
     if args.plot:
         plot(results, args.plot, args, oracle)
     if args.json:
