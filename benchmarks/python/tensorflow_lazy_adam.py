@@ -1,9 +1,12 @@
-"""fusekit.tensorflow's speed (docs/tensorflow.md, "Speed"): three measurements in one run.
+"""fusekit.tensorflow's speed (docs/tensorflow.md, "Speed"): four measurements in one run.
 
 1. op: FusekitResourceSparseApplyLazyAdam alone at the seed shape (table 2,000,000 x 32 float32,
    564,096 distinct rows, eager), in GB/s at 28 bytes per element plus the 4-byte index, and, with
    --cpp-bench, the C++ benchmark (benchmarks/lazy_adam_bench, BM_LazyAdam at D = 32) run right
    after in the same process tree, for the ratio.
+1b. op8: FusekitResourceSparseApplyLazyAdamQuant (8-bit state, packed [R, 2, D] codes and
+   [R, 2, 1] absmax) alone at the same shape, and, with --cpp-bench-quant, the C++ benchmark
+   (benchmarks/lazy_adam_quant_bench, BM_LazyAdamQuant/float32/packed/D:32) right after it.
 2. keras: one Keras 3 train step (model.train_on_batch) of Embedding(2_000_000, 32) -> sum -> a
    Dense head, a batch of 564,096 distinct ids, with keras.optimizers.Adam,
    fusekit.tensorflow.LazyAdam and fusekit.tensorflow.LazyAdam8bit (8-bit moments), and the bytes
@@ -14,7 +17,8 @@
 Medians of --repeats timed runs after a warm-up. Benchmarks, not tests: nothing is asserted.
 
   PYTHONPATH=build-tf/python python benchmarks/python/tensorflow_lazy_adam.py \
-      [--cpp-bench build-tf/benchmarks/lazy_adam_bench] [--repeats 7] [--json out.json]
+      [--cpp-bench build/benchmarks/lazy_adam_bench]
+      [--cpp-bench-quant build/benchmarks/lazy_adam_quant_bench] [--repeats 7] [--json out.json]
 """
 import argparse
 import json
@@ -74,6 +78,37 @@ def bench_cpp(path):
     return dict(name=b["name"], gbps=b["GB/s"], seconds=BYTES / (b["GB/s"] * 1e9))
 
 
+def op8_tables(rng):
+    import fusekit
+    var = tf.Variable(rng.random((R, D), dtype=np.float32) + 1)
+    codes = tf.Variable(tf.zeros((R, 2, D), tf.uint8))
+    absmax = tf.Variable(tf.zeros((R, 2, 1)))
+    grad = tf.constant(rng.random((N, D), dtype=np.float32))
+    idx = tf.constant(rng.permutation(R)[:N].astype(np.int32))
+    maps = (tf.constant(fusekit.create_dynamic_map(True)),
+            tf.constant(fusekit.create_dynamic_map(False)))
+    return var, codes, absmax, maps, grad, idx
+
+
+def bench_op8(tables, repeats):
+    var, codes, absmax, (qm, qv), grad, idx = tables
+    lr = tf.constant(1e-3)
+
+    def step():
+        ft.resource_sparse_apply_lazy_adam_quant(var, codes, absmax, qm, qv, lr, grad, idx)
+    return dict(seconds=median_time(step, repeats))
+
+
+def bench_cpp_quant(path):
+    """BM_LazyAdamQuant/float32/packed/D:32: its median step (manual time, ms)."""
+    out = subprocess.run([path, "--benchmark_filter=^BM_LazyAdamQuant/float32/packed/D:32/",
+                          "--benchmark_format=json"], capture_output=True, text=True,
+                         check=True).stdout
+    b = json.loads(out)["benchmarks"][0]
+    scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}[b["time_unit"]]
+    return dict(name=b["name"], seconds=b["real_time"] * scale)
+
+
 def sum_model(rows, seed=1):
     keras.utils.set_random_seed(seed)
     ids = keras.Input((1,), dtype="int32")
@@ -99,8 +134,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cpp-bench", help="path of benchmarks/lazy_adam_bench")
+    parser.add_argument("--cpp-bench-quant", help="path of benchmarks/lazy_adam_quant_bench")
     parser.add_argument("--rounds", type=int, default=3, help="op / C++ rounds")
-    parser.add_argument("--skip", default="", help="comma-separated: op,keras,growth")
+    parser.add_argument("--skip", default="", help="comma-separated: op,op8,keras,growth")
     parser.add_argument("--json")
     args = parser.parse_args()
     rng = np.random.default_rng(20261202)
@@ -124,6 +160,21 @@ def main():
             report["op_over_cpp"] = statistics.median(
                 r["op"]["seconds"] / r["cpp"]["seconds"] for r in rounds)
             print(f"op / C++, median of {len(rounds)} rounds: {report['op_over_cpp']:.2f}")
+    if "op8" not in skip:
+        rounds, tables = [], op8_tables(rng)
+        for _ in range(args.rounds if args.cpp_bench_quant else 1):
+            op = bench_op8(tables, args.repeats)
+            cpp = bench_cpp_quant(args.cpp_bench_quant) if args.cpp_bench_quant else None
+            rounds.append(dict(op=op, cpp=cpp))
+            print(f"8-bit op alone, seed shape: {op['seconds'] * 1e3:.1f} ms" +
+                  (f"; C++ {cpp['name']}: {cpp['seconds'] * 1e3:.1f} ms; op / C++ = "
+                   f"{op['seconds'] / cpp['seconds']:.2f}" if cpp else ""), flush=True)
+        report["op8_rounds"] = rounds
+        del tables
+        if args.cpp_bench_quant:
+            report["op8_over_cpp"] = statistics.median(
+                r["op"]["seconds"] / r["cpp"]["seconds"] for r in rounds)
+            print(f"8-bit op / C++, median of {len(rounds)} rounds: {report['op8_over_cpp']:.2f}")
     if "keras" not in skip:
         for name, make in (("keras.optimizers.Adam", keras.optimizers.Adam),
                            ("fusekit.tensorflow.LazyAdam", ft.LazyAdam),
