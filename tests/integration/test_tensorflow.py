@@ -15,6 +15,8 @@ runs this file against the installed copy; locally, PYTHONPATH=<a CMake build wi
 - tf_keras: fusekit.tensorflow.legacy.LazyAdam the same way.
 - Refusals: out-of-range index (InvalidArgumentError naming it, nothing modified), wrong dtypes
   and shapes; the package without its op library.
+- 8-bit state: FusekitResourceSparseApplyLazyAdamQuant and LazyAdam8bit against
+  golden/lazy_adam_quant.py (NumPy), bit for bit; the example at a tiny size.
 
 Random inputs from recorded seeds (SEED), with duplicate and negative indices; no timing.
 """
@@ -617,6 +619,23 @@ def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
         opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, 1024)), tf.constant([0, 9]),
                                                tf.constant([4, 1024])), table)])
     assert_bitwise(table.numpy(), np.ones((4, 1024), np.float32), "refused: unchanged")
+
+
+def test_recsys_example_runs_small(tmp_path):
+    """examples/tensorflow/train_recsys.py end to end at a tiny size (the three optimizers, the
+    JSON report): the example keeps working; its figures are docs/tensorflow.md's, not checked."""
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples/tensorflow/train_recsys.py"
+    out = tmp_path / "recsys.json"
+    run = subprocess.run([sys.executable, str(example), "--steps", "4", "--rows", "3000,2000",
+                          "--batch", "512", "--heldout", "2000", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    import json
+    results = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    assert sorted(results) == ["fusekit", "fusekit8", "keras"]
+    for r in results.values():
+        assert len(r["losses"]) == 4 and np.isfinite(r["losses"]).all(), r
+    assert results["fusekit8"]["state_bytes"] < 0.5 * results["fusekit"]["state_bytes"]
 
 
 # ---------------------------------------------------------------------------------------------
