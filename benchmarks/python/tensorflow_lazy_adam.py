@@ -130,6 +130,26 @@ def bench_keras_step(rows, n, make_optimizer, repeats, rng):
     return seconds, state
 
 
+def op_against_cpp(report, key, what, tables, bench, cpp_bench, rounds):
+    """Rounds of (op, C++ benchmark) back to back, so that load from elsewhere hits both alike
+    (one round of the op alone without a C++ benchmark); report[key + "_rounds"], and
+    report[key + "_over_cpp"], the median ratio."""
+    results = []
+    for _ in range(rounds if cpp_bench else 1):
+        op = bench(tables)
+        cpp = cpp_bench() if cpp_bench else None
+        results.append(dict(op=op, cpp=cpp))
+        gbps = f", {op['gbps']:.1f} GB/s" if "gbps" in op else ""
+        print(f"{what}: {op['seconds'] * 1e3:.1f} ms{gbps}" +
+              (f"; C++ {cpp['name']}: {cpp['seconds'] * 1e3:.1f} ms; op / C++ = "
+               f"{op['seconds'] / cpp['seconds']:.2f}" if cpp else ""), flush=True)
+    report[key + "_rounds"] = results
+    if cpp_bench:
+        report[key + "_over_cpp"] = statistics.median(
+            r["op"]["seconds"] / r["cpp"]["seconds"] for r in results)
+        print(f"{key} / C++, median of {len(results)} rounds: {report[key + '_over_cpp']:.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -145,36 +165,14 @@ def main():
                   cpus=len(os.sched_getaffinity(0)), tensorflow=tf.__version__,
                   keras=keras.__version__)
     if "op" not in skip:
-        # Rounds of (op, C++) back to back, so that load from elsewhere hits both alike.
-        rounds, tables = [], op_tables(rng)
-        for _ in range(args.rounds if args.cpp_bench else 1):
-            op = bench_op(tables, args.repeats)
-            cpp = bench_cpp(args.cpp_bench) if args.cpp_bench else None
-            rounds.append(dict(op=op, cpp=cpp))
-            print(f"op alone, seed shape: {op['seconds'] * 1e3:.1f} ms, {op['gbps']:.1f} GB/s" +
-                  (f"; C++ {cpp['name']}: {cpp['seconds'] * 1e3:.1f} ms; op / C++ = "
-                   f"{op['seconds'] / cpp['seconds']:.2f}" if cpp else ""), flush=True)
-        report["op_rounds"] = rounds
-        del tables
-        if args.cpp_bench:
-            report["op_over_cpp"] = statistics.median(
-                r["op"]["seconds"] / r["cpp"]["seconds"] for r in rounds)
-            print(f"op / C++, median of {len(rounds)} rounds: {report['op_over_cpp']:.2f}")
+        op_against_cpp(report, "op", "op alone, seed shape", op_tables(rng),
+                       lambda t: bench_op(t, args.repeats),
+                       args.cpp_bench and (lambda: bench_cpp(args.cpp_bench)), args.rounds)
     if "op8" not in skip:
-        rounds, tables = [], op8_tables(rng)
-        for _ in range(args.rounds if args.cpp_bench_quant else 1):
-            op = bench_op8(tables, args.repeats)
-            cpp = bench_cpp_quant(args.cpp_bench_quant) if args.cpp_bench_quant else None
-            rounds.append(dict(op=op, cpp=cpp))
-            print(f"8-bit op alone, seed shape: {op['seconds'] * 1e3:.1f} ms" +
-                  (f"; C++ {cpp['name']}: {cpp['seconds'] * 1e3:.1f} ms; op / C++ = "
-                   f"{op['seconds'] / cpp['seconds']:.2f}" if cpp else ""), flush=True)
-        report["op8_rounds"] = rounds
-        del tables
-        if args.cpp_bench_quant:
-            report["op8_over_cpp"] = statistics.median(
-                r["op"]["seconds"] / r["cpp"]["seconds"] for r in rounds)
-            print(f"8-bit op / C++, median of {len(rounds)} rounds: {report['op8_over_cpp']:.2f}")
+        op_against_cpp(report, "op8", "8-bit op alone, seed shape", op8_tables(rng),
+                       lambda t: bench_op8(t, args.repeats),
+                       args.cpp_bench_quant and (lambda: bench_cpp_quant(args.cpp_bench_quant)),
+                       args.rounds)
     if "keras" not in skip:
         for name, make in (("keras.optimizers.Adam", keras.optimizers.Adam),
                            ("fusekit.tensorflow.LazyAdam", ft.LazyAdam),
