@@ -95,12 +95,12 @@ class LazyAdam8bit(LazyAdam):
     """:class:`LazyAdam` with 8-bit moments for its tables: every 2-D float32 variable of at
     least ``min_8bit_size`` elements (default 4096, as bitsandbytes) keeps m and v as uint8 codes
     into fusekit's dynamic maps, with one float32 absmax per row and block of 256 columns
-    (``2 dim + 8 ceil(dim / 256)`` bytes per row instead of ``8 dim``; two variables, the codes
-    uint8 [rows, 2, dim] and the absmax float32 [rows, 2, blocks], m's and v's side by side in each
-    row, as the op takes them), stepped by fusekit's
+    (``2 dim + 8 ceil(dim / 256)`` bytes per row instead of ``8 dim``), stepped by fusekit's
     LazyAdamQuant (docs/lazy_adam_quant.md): on the rows of an ``IndexedSlices`` gradient, and on
-    every row for a dense gradient. Smaller or other variables keep float32 moments and are
-    stepped as :class:`LazyAdam` steps them.
+    every row for a dense gradient. The state of a table is two variables, packed by row as the op
+    takes them: the codes uint8 [rows, 2, dim] and the absmax float32 [rows, 2, blocks], m's then
+    v's in each row. Smaller or other variables keep float32 moments and are stepped as
+    :class:`LazyAdam` steps them.
 
     The 8-bit step per row: dequantize m and v, ``m = m*b1 + g*(1-b1)``,
     ``v = |v*b2 + g*g*(1-b2)|``, ``var += (m * -lr_t) / (sqrt(v) + epsilon)`` in float32,
@@ -143,7 +143,8 @@ class LazyAdam8bit(LazyAdam):
             self._velocities.append(None)
             self._codes.append(self.add_variable((rows, 2, dim), dtype="uint8",
                                                  name=f"{prefix}_moment_codes"))
-            self._absmax.append(self.add_variable((rows, 2, (dim + 255) // 256), dtype="float32",
+            blocks = (dim + fusekit.BLOCK_SIZE - 1) // fusekit.BLOCK_SIZE
+            self._absmax.append(self.add_variable((rows, 2, blocks), dtype="float32",
                                                   name=f"{prefix}_moment_absmax"))
 
     def update_step(self, gradient, variable, learning_rate):
