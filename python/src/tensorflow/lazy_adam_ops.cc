@@ -19,7 +19,6 @@
 // before writing anything); a refusal becomes InvalidArgumentError with fusekit's message.
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "fusekit/lazy_adam.h"
 #include "op_helpers.h"  // defines EIGEN_USE_THREADS before any TensorFlow header
