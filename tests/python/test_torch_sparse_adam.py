@@ -362,7 +362,7 @@ def test_save_load_round_trip_continues_bitwise():
 def test_pickle_keeps_the_hugepages_flag():
     opt = ft.SparseAdam(Tower(k=12).parameters(), hugepages=False)
     clone = pickle.loads(pickle.dumps(opt))
-    assert clone._hugepages is False
+    assert clone.hugepages is False
     assert clone.param_groups[0]["lr"] == 1e-3 and "hugepages" not in clone.param_groups[0]
 
 
@@ -377,14 +377,16 @@ def test_dense_gradient_refused_with_torch_message():
     theirs = torch.optim.SparseAdam(m.parameters())
     with pytest.raises(RuntimeError) as theirs_err:
         theirs.step()
-    assert str(ours_err.value) == str(theirs_err.value) == (
+    # torch's exception type and message, after fusekit's prefix
+    assert str(theirs_err.value) == (
         "SparseAdam does not support dense gradients, please consider Adam instead")
+    assert str(ours_err.value) == "fusekit.torch.SparseAdam: " + str(theirs_err.value)
     assert torch.equal(m.weight.detach(), before) and len(opt.state) == 0
 
 
 def test_float64_param_refused_by_name():
     m = nn.Sequential(nn.Embedding(10, 4, sparse=True).double())
-    with pytest.raises(TypeError, match=r"param '0\.weight' .*torch\.float64.*float32"):
+    with pytest.raises(TypeError, match=r"parameter '0\.weight' .*torch\.float64.*float32"):
         ft.SparseAdam(m.named_parameters())
     with pytest.raises(TypeError, match=r"group 0, index 0.*float64"):
         ft.SparseAdam(m.parameters())
@@ -404,17 +406,31 @@ def test_float64_param_refused_by_name():
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"lr": -1e-3}, {"lr": 0.0}, {"lr": torch.tensor([1e-3, 1e-3])}, {"eps": 0.0}, {"eps": -1.0},
+    {"lr": -1e-3}, {"lr": torch.tensor([1e-3, 1e-3])}, {"eps": 0.0}, {"eps": -1.0},
     {"betas": (1.0, 0.999)}, {"betas": (-0.1, 0.999)}, {"betas": (0.9, 1.0)},
     {"betas": (0.9, -0.5)},
 ])
 def test_constructor_validation_as_torch(kwargs):
+    # torch's exception type, and its message inside fusekit's (prefix first, then the reason)
     p = [nn.Parameter(torch.zeros(4, 2))]
     with pytest.raises(ValueError) as theirs:
         torch.optim.SparseAdam(p, **kwargs)
     with pytest.raises(ValueError) as ours:
         ft.SparseAdam(p, **kwargs)
-    assert str(ours.value) == str(theirs.value)
+    assert str(ours.value).startswith("fusekit.torch.SparseAdam: " + str(theirs.value))
+
+
+def test_lr_zero_accepted_where_torch_refuses():
+    # One rule for lr in every fusekit.torch optimizer: finite and >= 0 (torch's Adam allows 0,
+    # its SparseAdam does not): documented in docs/torch_sparse_adam.md.
+    p = nn.Parameter(torch.randn(4, 2))
+    with pytest.raises(ValueError, match="Invalid learning rate: 0.0"):
+        torch.optim.SparseAdam([p], lr=0.0)
+    opt = ft.SparseAdam([p], lr=0.0)
+    before = p.detach().clone()
+    p.grad = torch.sparse_coo_tensor([[1]], torch.ones(1, 2), (4, 2))
+    opt.step()
+    assert torch.equal(p.detach(), before) and opt.state[p]["step"] == 1
 
 
 @pytest.mark.parametrize("make", [
@@ -425,7 +441,7 @@ def test_sparse_and_complex_params_refused_as_torch(make):
         torch.optim.SparseAdam([p])
     with pytest.raises(ValueError) as ours:
         ft.SparseAdam([p])
-    assert str(ours.value) == str(theirs.value)
+    assert str(ours.value).startswith("fusekit.torch.SparseAdam: " + str(theirs.value))
 
 
 @pytest.mark.parametrize("kwargs,pattern", [

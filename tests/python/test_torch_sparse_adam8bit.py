@@ -525,7 +525,7 @@ def test_pickle_keeps_the_options():
     opt = SparseAdam8bit(m.parameters(), min_8bit_size=1000, hugepages=False)
     train_mixed(m, opt, 1, 19)
     opt2 = pickle.loads(pickle.dumps(opt))
-    assert opt2.min_8bit_size == 1000 and opt2._hugepages is False
+    assert opt2.min_8bit_size == 1000 and opt2.hugepages is False
     [p2, _] = opt2.param_groups[0]["params"]
     assert opt2.state[p2]["qmap1"] is opt2._qmap_m  # the maps are shared again
     assert np.array_equal(bits(opt2.state[p2]["state1"]), bits(opt.state[m[0].weight]["state1"]))

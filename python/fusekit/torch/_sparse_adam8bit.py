@@ -24,28 +24,24 @@ See docs/torch_sparse_adam8bit.md.
 from __future__ import annotations
 
 import math
-from itertools import chain
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 import torch
 
 import fusekit
 
-from ._adam8bit import _key
-from ._dtensor import refuse_sharded_table
-from ._memory import zeros_hugepage
+from ._base import Hyper, step_value, tensor_key
 from ._sparse_adam import _DENSE_MESSAGE, SparseAdam, _rows, _Work
 
 __all__ = ["SparseAdam8bit"]
 
 BLOCK_SIZE = fusekit.BLOCK_SIZE
-_NAME = "fusekit.torch.SparseAdam8bit"
 _DTYPES_8BIT = (torch.float32, torch.bfloat16, torch.float16)
 _KEYS_8BIT = ("state1", "state2", "absmax1", "absmax2", "qmap1", "qmap2")
 
 
-def _layout(p: torch.Tensor):
+def _layout(p: torch.Tensor) -> Tuple[int, int, int]:
     """(rows, cols, blocks) of a parameter's 8-bit state: rows = the first dimension, cols = the
     product of the others, blocks = ceil(cols / 256) absmax entries per row."""
     rows = int(p.shape[0])
@@ -81,12 +77,15 @@ class SparseAdam8bit(SparseAdam):
         min_8bit_size (int): the constructor's threshold.
     """
 
-    def __init__(self, params, lr: Any = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+    _OPTIONS = ("hugepages", "min_8bit_size")
+
+    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
                  maximize: bool = False, *, min_8bit_size: int = 4096,
                  hugepages: bool = True) -> None:
         if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
                 or min_8bit_size < 0:
-            raise ValueError(f"{_NAME}: min_8bit_size must be an int >= 0, got {min_8bit_size!r}")
+            raise ValueError(f"{self._prefix()}: min_8bit_size must be an int >= 0, got "
+                             f"{min_8bit_size!r}")
         self.min_8bit_size = int(min_8bit_size)
         self._init_maps()
         super().__init__(params, lr=lr, betas=betas, eps=eps, maximize=maximize,
@@ -96,7 +95,16 @@ class SparseAdam8bit(SparseAdam):
         qm = torch.from_numpy(fusekit.create_dynamic_map(True))
         qv = torch.from_numpy(fusekit.create_dynamic_map(False))
         self._qmap_m, self._qmap_v = qm, qv
-        self._maps = {_key(qm): qm, _key(qv): qv}  # bytes -> the one tensor every state shares
+        self._maps = {tensor_key(qm): qm, tensor_key(qv): qv}  # bytes -> the one tensor shared
+
+    def _after_setstate(self) -> None:
+        if "_maps" not in self.__dict__:  # a copy or an unpickled optimizer
+            self._init_maps()
+        for st in self.state.values():  # the maps the states hold, shared again by bit pattern
+            for key in ("qmap1", "qmap2"):
+                t = st.get(key) if isinstance(st, dict) else None
+                if isinstance(t, torch.Tensor):
+                    st[key] = self._maps.setdefault(tensor_key(t), t)
 
     # ---- which path -----------------------------------------------------------------------------
     def _is_8bit(self, p: torch.Tensor) -> bool:
@@ -107,29 +115,17 @@ class SparseAdam8bit(SparseAdam):
         return p.dim() >= 1 and p.numel() >= self.min_8bit_size
 
     # ---- checks ---------------------------------------------------------------------------------
-    def _check_param(self, gi: int, pi: int, group, p: torch.Tensor) -> None:
-        name = self._name(gi, pi, group, p)
-        refuse_sharded_table(_NAME, name, p)
-        if p.device.type != "cpu":
-            raise ValueError(f"{_NAME}: {name} is on {p.device}; fusekit runs on CPU tensors (use "
-                             "torch.optim.SparseAdam on that device)")
+    def _check_dtype(self, label: str, p: torch.Tensor) -> None:
         if self._is_8bit(p):
             if p.dtype not in _DTYPES_8BIT:
-                raise TypeError(f"{_NAME}: {name} has dtype {p.dtype}; its 8-bit state steps "
-                                "float32, bfloat16 and float16 parameters")
+                raise TypeError(f"{self._prefix()}: {label} has dtype {p.dtype}; its 8-bit state "
+                                "steps float32, bfloat16 and float16 parameters")
         elif p.dtype != torch.float32:
             raise TypeError(
-                f"{_NAME}: {name} has dtype {p.dtype} and {p.numel()} elements, under "
+                f"{self._prefix()}: {label} has dtype {p.dtype} and {p.numel()} elements, under "
                 f"min_8bit_size = {self.min_8bit_size}: it keeps float32 state, stepped by "
                 "fusekit's LazyAdam, which takes float32 parameters only (lower min_8bit_size to "
                 f"{p.numel()} for 8-bit state, or convert the parameter with .float())")
-
-    @staticmethod
-    def _check_group(gi: int, group) -> None:
-        try:
-            SparseAdam._check_group(gi, group)
-        except ValueError as e:
-            raise ValueError(str(e).replace("fusekit.torch.SparseAdam:", _NAME + ":", 1)) from None
 
     def _check_state(self, w: _Work) -> None:
         """The state of a parameter that has one: its tensors' dtypes and shapes (checked in phase
@@ -138,19 +134,13 @@ class SparseAdam8bit(SparseAdam):
         if not st:
             return
         p = w.param
-        name = self._name(w.group, w.index, self.param_groups[w.group], p)
+        label = self._label(w.group, w.index, p)
         if "state1" not in st:
             if "exp_avg" not in st or "exp_avg_sq" not in st:
-                raise ValueError(f"{_NAME}: the state of {name} has neither 8-bit state (state1, "
-                                 f"state2, absmax1, absmax2) nor float32 state (exp_avg, "
+                raise ValueError(f"{self._prefix()}: the state of {label} has neither 8-bit state "
+                                 "(state1, state2, absmax1, absmax2) nor float32 state (exp_avg, "
                                  f"exp_avg_sq): keys {sorted(st)}")
-            for key in ("exp_avg", "exp_avg_sq"):
-                t = st[key]
-                if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 \
-                        or tuple(t.shape) != tuple(p.shape) or t.device.type != "cpu" \
-                        or t.layout != torch.strided:
-                    raise ValueError(f"{_NAME}: the state of {name}: {key} must be a float32 CPU "
-                                     f"tensor of the parameter's shape")
+            self._check_float_state(w, st)
             return
         rows, cols, blocks = _layout(p)
         want = {"state1": (torch.uint8, tuple(p.shape)), "state2": (torch.uint8, tuple(p.shape)),
@@ -163,34 +153,10 @@ class SparseAdam8bit(SparseAdam):
                     or t.device.type != "cpu" or t.layout != torch.strided:
                 got = (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor)
                        else type(t).__name__)
-                raise ValueError(f"{_NAME}: the 8-bit state of {name}: {key} must be a CPU "
-                                 f"{dtype} tensor {list(shape)}, got {got}")
-
-    # ---- pickling: keep min_8bit_size, rebuild the maps -----------------------------------------
-    def __getstate__(self):
-        state = super().__getstate__()
-        state["min_8bit_size"] = self.min_8bit_size
-        return state
-
-    def __setstate__(self, state) -> None:
-        state = dict(state)
-        min_8bit_size = state.pop("min_8bit_size", getattr(self, "min_8bit_size", 4096))
-        super().__setstate__(state)
-        self.min_8bit_size = min_8bit_size
-        if not hasattr(self, "_maps"):  # unpickled (Optimizer.load_state_dict calls this too)
-            self._init_maps()
-        for st in self.state.values():  # the maps the states hold, shared again by bit pattern
-            for key in ("qmap1", "qmap2"):
-                t = st.get(key) if isinstance(st, dict) else None
-                if isinstance(t, torch.Tensor):
-                    st[key] = self._maps.setdefault(_key(t), t)
+                raise ValueError(f"{self._prefix()}: the 8-bit state of {label}: {key} must be a "
+                                 f"CPU {dtype} tensor {list(shape)}, got {got}")
 
     # ---- state ----------------------------------------------------------------------------------
-    def _zeros(self, shape, dtype) -> torch.Tensor:
-        if self._hugepages:
-            return zeros_hugepage(tuple(shape), dtype)
-        return torch.zeros(tuple(shape), dtype=dtype)
-
     def _packed_8bit(self, p: torch.Tensor) -> Dict[str, torch.Tensor]:
         # The 8-bit state of one parameter, packed by row: m's codes and v's codes of a row side by
         # side in one [R, 2, D] table, and their absmax in one [R, 2, B] table; state1/state2 and
@@ -203,7 +169,7 @@ class SparseAdam8bit(SparseAdam):
         return {"state1": codes[:, 0, :].view(p.shape), "state2": codes[:, 1, :].view(p.shape),
                 "absmax1": absmax[:, 0, :], "absmax2": absmax[:, 1, :]}
 
-    def _init_8bit(self, p: torch.Tensor, state) -> None:
+    def _init_8bit(self, p: torch.Tensor, state: Dict[str, Any]) -> None:
         state["step"] = 0
         state.update(self._packed_8bit(p))
         state["qmap1"] = self._qmap_m
@@ -220,66 +186,24 @@ class SparseAdam8bit(SparseAdam):
                     total += t.numel() * t.element_size()
         return total
 
-    def load_state_dict(self, state_dict) -> None:
-        """Loads a state from :meth:`state_dict` (after ``torch.save`` / ``torch.load`` too), or a
-        float32 one from :class:`fusekit.torch.SparseAdam` or ``torch.optim.SparseAdam`` (those
-        parameters then go on with float32 state). The 8-bit tensors are checked, then copied bit
-        for bit onto this optimizer's own memory (huge pages when ``hugepages``): codes are never
-        cast to the parameter's dtype, as ``torch.optim.Optimizer.load_state_dict`` would, and the
-        given dict is never written by later steps. Everything is checked before anything is
-        changed."""
-        state_dict = dict(state_dict)
-        groups, saved_groups = self.param_groups, state_dict["param_groups"]
-        if len(groups) != len(saved_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
-        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
-            raise ValueError("loaded state dict contains a parameter group that doesn't match "
-                             "the size of optimizer's group")
-        id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
-                          chain.from_iterable(g["params"] for g in groups)))
-        ours: Dict[torch.Tensor, Dict[str, Any]] = {}
-        rest = {}
-        for k, v in state_dict["state"].items():
-            if k not in id_map or not isinstance(v, dict):
-                rest[k] = v
-                continue
-            p = id_map[k]
-            if "state1" in v:
-                ours[p] = self._checked_8bit(p, k, v)
-                rest[k] = {kk: vv for kk, vv in v.items() if kk not in _KEYS_8BIT + ("step",)}
-            else:
-                if v and p.dtype != torch.float32:
-                    raise ValueError(f"{_NAME}.load_state_dict: state of parameter {k} (shape "
-                                     f"{list(p.shape)}, {p.dtype}) is not 8-bit (no 'state1'); "
-                                     "float32 state steps float32 parameters only; nothing was "
-                                     "loaded")
-                rest[k] = v
-        copies = {p: self._copy_8bit(p, s) for p, s in ours.items()}  # nothing written above
-        state_dict["state"] = rest
-        super().load_state_dict(state_dict)  # SparseAdam's: the float32 moments rehomed
-        for p, s in copies.items():
-            self.state[p].update(s)
-
-    def _checked_8bit(self, p, k, v) -> Dict[str, Any]:
-        def fail(msg):
-            raise ValueError(f"{_NAME}.load_state_dict: state of parameter {k} (shape "
-                             f"{list(p.shape)}): {msg}; nothing was loaded")
-
+    # load_state_dict (the base's) takes a state from state_dict() (after torch.save / torch.load
+    # too), or a float32 one from fusekit.torch.SparseAdam or torch.optim.SparseAdam (those
+    # parameters then go on with float32 state). The 8-bit tensors are checked, then copied bit for
+    # bit onto this optimizer's own memory, packed by row.
+    def _split_loaded_state(self, p: torch.Tensor, v: Dict[str, Any],
+                            fail: Callable[[str], Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        if "state1" not in v:
+            if p.dtype != torch.float32:
+                fail("it is not 8-bit (no 'state1'); float32 state steps float32 parameters only")
+            return super()._split_loaded_state(p, v, fail)
         if p.dim() < 1 or p.dtype not in _DTYPES_8BIT:
             fail(f"8-bit state needs a float32, bfloat16 or float16 parameter of at least one "
                  f"dimension, got {p.dtype} of {p.dim()} dimensions")
         for key in ("step",) + _KEYS_8BIT:
             if key not in v:
                 fail(f"'{key}' is missing")
-        step = v["step"]
-        if isinstance(step, torch.Tensor):
-            if step.numel() != 1:
-                fail(f"step has {step.numel()} elements")
-            step = step.item()
-        if float(step) != int(step) or not 0 <= int(step) < 2 ** 62:
-            fail(f"step = {step!r} must be an integer in [0, 2^62)")
         rows, _, blocks = _layout(p)
-        out = {"step": int(step)}
+        out: Dict[str, Any] = {"step": step_value(self._prefix(), fail, v["step"])}
         for key, dtype, n in (("state1", torch.uint8, p.numel()),
                               ("state2", torch.uint8, p.numel()),
                               ("absmax1", torch.float32, rows * blocks),
@@ -296,36 +220,39 @@ class SparseAdam8bit(SparseAdam):
             a = out[key].detach().cpu().reshape(-1).numpy()
             if not np.all(np.isfinite(a)) or np.any(a[1:] < a[:-1]):
                 fail(f"{key} must hold 256 finite floats in ascending order")
-        return out
+        return out, {kk: vv for kk, vv in v.items() if kk not in _KEYS_8BIT + ("step",)}
 
-    def _copy_8bit(self, p, s) -> Dict[str, Any]:
-        out = {"step": s["step"]}
+    def _own_state(self, p: torch.Tensor, s: Dict[str, Any]) -> Dict[str, Any]:
+        if "state1" not in s:
+            return super()._own_state(p, s)
+        out: Dict[str, Any] = {"step": s["step"]}
         for key, dst in self._packed_8bit(p).items():  # whatever layout the saved one had
             out[key] = dst.copy_(s[key].detach().cpu().reshape(dst.shape))
         for key in ("qmap1", "qmap2"):
             t = s[key].detach().cpu().reshape(-1).contiguous()
-            kb = _key(t)
+            kb = tensor_key(t)
             if kb not in self._maps:  # a map of another bit pattern: kept, shared from now on
                 self._maps[kb] = t.clone()
             out[key] = self._maps[kb]
         return out
 
     # ---- the step -------------------------------------------------------------------------------
-    def _prepare(self, gi: int, pi: int, group, p: torch.Tensor) -> _Work:
+    def _prepare(self, gi: int, pi: int, group: Dict[str, Any], p: torch.Tensor) -> _Work:
         if not self._is_8bit(p):
             return super()._prepare(gi, pi, group, p)  # SparseAdam's, float32
         grad = p.grad
         if not grad.is_sparse:
-            raise RuntimeError(_DENSE_MESSAGE)
+            raise RuntimeError(f"{self._prefix()}: {_DENSE_MESSAGE}")
         self._check_param(gi, pi, group, p)
-        name = self._name(gi, pi, group, p)
+        label = self._label(gi, pi, p)
         if grad.dtype not in (p.dtype, torch.float32):
-            raise TypeError(f"{_NAME}: the gradient of {name} has dtype {grad.dtype}; the 8-bit "
-                            f"step takes the parameter's dtype ({p.dtype}) or float32")
+            raise TypeError(f"{self._prefix()}: the gradient of {label} has dtype {grad.dtype}; "
+                            f"the 8-bit step takes the parameter's dtype ({p.dtype}) or float32")
         if tuple(grad.shape) != tuple(p.shape):
-            raise ValueError(f"{_NAME}: the gradient of {name} has shape {list(grad.shape)}")
+            raise ValueError(f"{self._prefix()}: the gradient of {label} has shape "
+                             f"{list(grad.shape)}")
         if grad.sparse_dim() != 1:
-            raise ValueError(f"{_NAME}: the gradient of {name} has sparse_dim "
+            raise ValueError(f"{self._prefix()}: the gradient of {label} has sparse_dim "
                              f"{grad.sparse_dim()}; the 8-bit state is kept per row of the first "
                              "dimension, so the gradient must index rows (sparse_dim 1, as "
                              "nn.Embedding and nn.EmbeddingBag make it); nothing was modified")
@@ -339,26 +266,20 @@ class SparseAdam8bit(SparseAdam):
             values = values.contiguous()
         return _Work(gi, pi, p, grad._indices()[0], values, rows, cols)
 
-    # ---- SparseAdam.step's hooks ----------------------------------------------------------------
-    _OPT_NAME = _NAME
-
-    def _needs_index_precheck(self, todo) -> bool:
-        # SparseAdam's rule, and also before a parameter is first advised for huge pages.
-        return super()._needs_index_precheck(todo) or any(
-            self._hugepages and id(w.param) not in self._homed for w in todo)
-
-    def _init_state(self, p: torch.Tensor, state) -> None:
+    def _init_state(self, p: torch.Tensor, state: Dict[str, Any]) -> None:
         if self._is_8bit(p):  # before the state exists: by size; kept after
             self._init_8bit(p, state)
         else:
             super()._init_state(p, state)
 
-    def _step_param(self, w: _Work, state, values, step_size, beta1, beta2, eps):
+    def _step_param(self, w: _Work, state: Dict[str, Any], values: torch.Tensor,
+                    step_size: float, hp: Hyper) -> Any:
         if "state1" in state:
-            return self._run_8bit(w, state, values, step_size, beta1, beta2, eps)
-        return self._run(w, state, values, step_size, beta1, beta2, eps)
+            return self._run_8bit(w, state, values, step_size, hp)
+        return self._run(w, state, values, step_size, hp)
 
-    def _run_8bit(self, w: _Work, state, values, step_size, beta1, beta2, eps):
+    def _run_8bit(self, w: _Work, state: Dict[str, Any], values: torch.Tensor, step_size: float,
+                  hp: Hyper) -> Any:
         rows, cols, blocks = _layout(w.param)
         shapes = [(rows, cols)] * 3 + [(rows, blocks)] * 2
         tensors = [w.param.data, state["state1"], state["state2"], state["absmax1"],
@@ -371,11 +292,11 @@ class SparseAdam8bit(SparseAdam):
                 back.append((t, v))
             views.append(v)
         var, m, v, am, av = views
-        attrs = dict(beta1=beta1, beta2=beta2, epsilon=eps)
+        attrs = dict(beta1=hp.beta1, beta2=hp.beta2, epsilon=hp.eps)
         st = self._plans.run(id(w.param), fusekit.LazyAdamQuantPlan,
                              (values, w.indices, m, v, var, state["qmap1"], state["qmap2"], am, av),
-                             attrs, (beta1, beta2, eps, values.shape[0], w.indices.dtype), 0,
-                             step_size)
+                             attrs, (hp.beta1, hp.beta2, hp.eps, values.shape[0],
+                                     w.indices.dtype), 0, step_size)
         for t, c in back:
             t.copy_(c.view(t.shape))
         return st
