@@ -1,7 +1,7 @@
 """The base every fusekit.torch optimizer shares: hyperparameter rules, parameter and gradient
 checks, the stats of the last step, copy and pickle, and the skeleton of ``load_state_dict``.
 
-One language for all six optimizers (docs/python.md, "The optimizers' contract"):
+One language for all six optimizers (docs/torch_contract.md):
 
 - every message starts with ``fusekit.torch.<Class>:`` (``LazyAdam`` is ``SparseAdam``);
 - one rule per hyperparameter, checked at construction, in ``add_param_group`` and again at each
