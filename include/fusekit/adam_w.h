@@ -10,6 +10,9 @@
 //     v   = v * beta2 + (g * g) * (1 - beta2)
 //     var = var + (m * step_size) / (sqrt(v) + eps * c2s)
 //     if weight_decay > 0: var = var * (1 - lr * weight_decay)       (after the Adam step)
+// With decay_order = kBeforeUpdate (torch.optim.AdamW's order) the decay comes first instead:
+//     if weight_decay > 0: var = var * (1 - lr * weight_decay)
+//     var = var + (m * step_size) / (sqrt(v) + eps * c2s)
 //
 // The guard on what a step produces: an element whose new m, v or var (var as its dtype stores it:
 // float16 overflows from 65520, bfloat16 from 3.3961776e38) would be NaN or Inf is left unchanged
@@ -38,6 +41,12 @@
 
 namespace fusekit {
 
+// Where the decoupled weight decay var *= 1 - lr * weight_decay is applied. After the Adam update
+// is CANN's ApplyAdamWQuant and bitsandbytes' order (the default, and the order of the aclnn face);
+// before it is torch.optim.AdamW's, DeepSpeedCPUAdam's and the AdamW paper's (Loshchilov and
+// Hutter). The two differ by lr^2 * weight_decay * update per step.
+enum class WeightDecayOrder : int { kAfterUpdate = 0, kBeforeUpdate = 1 };
+
 struct AdamWOptions {
   // The attributes as ApplyAdamWQuant takes them (doubles, converted to float32 when planned);
   // the learning rate is a per-run scalar (AdamWScalars).
@@ -46,6 +55,8 @@ struct AdamWOptions {
   double weight_decay = 0.0;
   double eps = 1e-8;  // >= 2^-114 (4.81482486e-35) in float32, else kInvalidArgument
   double gnorm_scale = 1.0;
+  // kAfterUpdate or kBeforeUpdate; any other value is refused (kInvalidArgument).
+  WeightDecayOrder decay_order = WeightDecayOrder::kAfterUpdate;
   KernelChoice kernel = KernelChoice::kAuto;
   int num_threads = 0;                   // 0: fusekit::num_threads() when the plan is made
   const char *implementation = nullptr;  // a name from AdamW::implementations(), or null: auto
@@ -86,6 +97,7 @@ class AdamWProblem {
   AdamWTensors desc;
   int64_t n = 0;
   float beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
+  WeightDecayOrder decay_order = WeightDecayOrder::kAfterUpdate;
 };
 
 struct AdamWOp;  // the operator as the plan layer sees it (src/adam_w/adam_w_impl.h)

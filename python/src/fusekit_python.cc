@@ -328,6 +328,9 @@ template <class Options>
 struct IntAttr {
   const char *name;
   int64_t Options::*field;
+  // For an option that is not an int64_t (an enum): sets it from the value, or returns the rule
+  // the value breaks (the message then names the attribute and the value); field is then null.
+  const char *(*set)(Options &, int64_t) = nullptr;
 };
 
 template <class Op>
@@ -392,7 +395,17 @@ struct Binding<AdamW> {
                                                    {"weight_decay", &Options::weight_decay},
                                                    {"eps", &Options::eps},
                                                    {"gnorm_scale", &Options::gnorm_scale}};
-  static constexpr std::span<const IntAttr<Options>> kInts = {};
+  // decay_before_update: 0 (the default) applies the decoupled decay after the Adam update
+  // (CANN's and bitsandbytes' order), 1 before it (torch.optim.AdamW's order).
+  static const char *set_decay_order(Options &o, int64_t value) {
+    if (value != 0 && value != 1) {
+      return "must be 0 (the decay after the update, CANN's order) or 1 (before it, "
+             "torch.optim.AdamW's order)";
+    }
+    o.decay_order = value == 1 ? WeightDecayOrder::kBeforeUpdate : WeightDecayOrder::kAfterUpdate;
+    return nullptr;
+  }
+  static constexpr IntAttr<Options> kInts[] = {{"decay_before_update", nullptr, &set_decay_order}};
   static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3]}; }
   static Status run(const AdamW &plan, const Tensors &t, int64_t step, double lr, void * /*ws*/,
                     size_t /*bytes*/, Stats *stats) {
@@ -500,7 +513,12 @@ typename Binding<Op>::Options options_of(const nb::dict &attrs, int num_threads,
     }
     for (const auto &a : B::kInts) {
       if (k != nullptr && std::strcmp(k, a.name) == 0) {
-        o.*a.field = nb::cast<int64_t>(nb::handle(value));
+        const auto x = nb::cast<int64_t>(nb::handle(value));
+        if (a.set == nullptr) {
+          o.*a.field = x;
+        } else if (const char *rule = a.set(o, x); rule != nullptr) {
+          raise_value(std::string(fn) + ": " + a.name + " = " + std::to_string(x) + " " + rule);
+        }
         found = true;
       }
     }

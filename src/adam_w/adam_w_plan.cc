@@ -46,10 +46,17 @@ Status AdamWProblem::make(const AdamWTensors &t, const AdamWOptions &options, Ad
   FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.beta1, options.beta2,
                                                 options.weight_decay, options.eps,
                                                 options.gnorm_scale, &attr));
+  if (options.decay_order != WeightDecayOrder::kAfterUpdate &&
+      options.decay_order != WeightDecayOrder::kBeforeUpdate) {
+    return Status::Invalid(str_cat(kOp, ": decay_order = ", static_cast<int>(options.decay_order),
+                                   " must be 0 (kAfterUpdate, CANN's order) or 1 (kBeforeUpdate, "
+                                   "torch.optim.AdamW's order)"));
+  }
   AdamWProblem p;
   p.desc = without_data<AdamWOp>(t);
   p.n = n;
   set_adam_attributes(attr, &p);
+  p.decay_order = options.decay_order;
   *out = p;
   return Status::Ok();
 }
@@ -59,7 +66,8 @@ Status AdamWProblem::check(const AdamWTensors &t) const {
 }
 
 std::string AdamWOp::problem_fields(const AdamWProblem &p, const AdamWTensors & /*t*/) {
-  return str_cat("n=", p.n, ",dtype=", dtype_name(p.desc.var.dtype));
+  return str_cat("n=", p.n, ",dtype=", dtype_name(p.desc.var.dtype),
+                 p.decay_order == WeightDecayOrder::kBeforeUpdate ? ",decay=before" : "");
 }
 std::string AdamWOp::result_fields(const AdamWStats &st) {
   return str_cat("skipped=", st.elements_skipped_nonfinite);

@@ -23,12 +23,15 @@ namespace fusekit {
 // The per-step scalars of the update (derive_adam_scalars below).
 struct AdamScalars {
   float beta1, beta2, one_minus_beta1, one_minus_beta2, gnorm_scale, step_size, eps_c2s, decay;
-  bool apply_decay;  // weight decay > 0
+  // var *= decay before the Adam update (torch.optim.AdamW's order) or after it (CANN's); both
+  // false when weight decay <= 0, at most one true.
+  bool decay_before, decay_after;
 };
 
 // The attributes as float32 (the doubles of the options converted once, when planned).
 struct AdamAttributes {
   float lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
+  bool decay_before = false;  // AdamW's WeightDecayOrder::kBeforeUpdate; ApplyAdamWQuant: false
 };
 
 // Steps run from 0 to 2^62 - 1 (t = step + 1 in float32).
@@ -49,19 +52,23 @@ inline AdamScalars derive_adam_scalars(int64_t step, const AdamAttributes &a) {
   s.step_size = (-a.lr * c2s) / c1;
   s.eps_c2s = a.eps * c2s;
   s.decay = 1.0f - a.lr * a.weight_decay;
-  s.apply_decay = a.weight_decay > 0.0f;
+  s.decay_before = a.weight_decay > 0.0f && a.decay_before;
+  s.decay_after = a.weight_decay > 0.0f && !a.decay_before;
   return s;
 }
 
 // One element: m and v (dequantized, or the float32 moments) updated in place; returns the new
 // var. The float32 operations in the order of every kernel and of the NumPy golden; the project
-// builds with -ffp-contract=off, so none is fused.
+// builds with -ffp-contract=off, so none is fused. With the decay before the update, w * decay is
+// rounded to float32 first and the update is added to it (torch.optim.AdamW: p.mul_(1 - lr * wd),
+// then p.addcdiv_); the caller stores nothing of an element it refuses, decay included.
 inline float adam_update(const AdamScalars &s, float grad, float *m, float *v, float w) {
+  if (s.decay_before) w = w * s.decay;
   const float g = grad * s.gnorm_scale;
   *m = *m * s.beta1 + g * s.one_minus_beta1;
   *v = *v * s.beta2 + (g * g) * s.one_minus_beta2;
   w = w + (*m * s.step_size) / (std::sqrt(*v) + s.eps_c2s);
-  return s.apply_decay ? w * s.decay : w;
+  return s.decay_after ? w * s.decay : w;
 }
 
 // ---- the guard on what a step produces ---------------------------------------------------------
@@ -208,7 +215,11 @@ Status host_adam_scalars(const char *op, const Scalars &s, const Problem &p, Ada
         str_cat(op, ": step = ", t, " must be in [0, 2^62); nothing was modified"));
   }
   FUSEKIT_RETURN_IF_ERROR(check_adam_lr(op, l));
-  *out = derive_adam_scalars(t, {l, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale});
+  AdamAttributes attr{l, p.beta1, p.beta2, p.weight_decay, p.eps, p.gnorm_scale};
+  // AdamW's problem has a decay order; ApplyAdamWQuant's has none (CANN's order, after).
+  if constexpr (requires { p.decay_order; })
+    attr.decay_before = p.decay_order == decltype(p.decay_order)::kBeforeUpdate;
+  *out = derive_adam_scalars(t, attr);
   return Status::Ok();
 }
 

@@ -99,7 +99,7 @@ HWY_INLINE void StoreNarrow([[maybe_unused]] DF df, hn::Vec<DF> w, float16_t *p)
 template <class DF>
 struct AdamVectors {
   hn::Vec<DF> b1, b2, omb1, omb2, gs, step, eps, decay;
-  bool apply_decay;
+  bool decay_before, decay_after;
   AdamVectors(DF df, const AdamScalars &s)
       : b1(hn::Set(df, s.beta1)),
         b2(hn::Set(df, s.beta2)),
@@ -109,15 +109,17 @@ struct AdamVectors {
         step(hn::Set(df, s.step_size)),
         eps(hn::Set(df, s.eps_c2s)),
         decay(hn::Set(df, s.decay)),
-        apply_decay(s.apply_decay) {}
+        decay_before(s.decay_before),
+        decay_after(s.decay_after) {}
   // m and v updated in place; returns the new var.
   HWY_INLINE hn::Vec<DF> Update(hn::Vec<DF> grad, hn::Vec<DF> &m, hn::Vec<DF> &v,
                                 hn::Vec<DF> w) const {
+    if (decay_before) w = hn::Mul(w, decay);
     const auto g = hn::Mul(grad, gs);
     m = hn::Add(hn::Mul(m, b1), hn::Mul(g, omb1));
     v = hn::Add(hn::Mul(v, b2), hn::Mul(hn::Mul(g, g), omb2));
     w = hn::Add(w, hn::Div(hn::Mul(m, step), hn::Add(hn::Sqrt(v), eps)));
-    return apply_decay ? hn::Mul(w, decay) : w;
+    return decay_after ? hn::Mul(w, decay) : w;
   }
 };
 

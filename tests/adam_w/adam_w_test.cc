@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "adam_w/adam_w_kernels.h"
@@ -28,6 +29,7 @@ using namespace fusekit::testing;  // tests/common
 struct Hyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0, eps = 1e-8, gnorm = 1.0;
   int64_t step = 10;
+  bool decay_before = false;  // WeightDecayOrder::kBeforeUpdate (torch.optim.AdamW's order)
 };
 
 struct State {
@@ -74,8 +76,10 @@ int64_t oracle_step(State &st, const Hyper &h) {
     const float g = gr * gs;
     const float m = st.m[i] * b1 + g * (1.0f - b1);
     const float v = st.v[i] * b2 + (g * g) * (1.0f - b2);
-    float w = st.var.get(i) + (m * step_size) / (std::sqrt(v) + eps_c2s);
-    if (wd > 0.0f) w = w * decay;
+    float w = st.var.get(i);
+    if (wd > 0.0f && h.decay_before) w = w * decay;
+    w = w + (m * step_size) / (std::sqrt(v) + eps_c2s);
+    if (wd > 0.0f && !h.decay_before) w = w * decay;
     if (!std::isfinite(m) || !std::isfinite(v) || !std::isfinite(stored(st.var.dtype, w))) {
       ++skipped;
       continue;
@@ -98,6 +102,7 @@ AdamWOptions options_of(const Hyper &h) {
   o.weight_decay = h.wd;
   o.eps = h.eps;
   o.gnorm_scale = h.gnorm;
+  o.decay_order = h.decay_before ? WeightDecayOrder::kBeforeUpdate : WeightDecayOrder::kAfterUpdate;
   return o;
 }
 
@@ -192,6 +197,248 @@ TEST(AdamW, EverySimdTarget) {
         expect_same(got, want);
       });
     }
+  }
+}
+
+// ---- the decay before the update (WeightDecayOrder::kBeforeUpdate) ------------------------------
+
+// torch.optim.AdamW's step (torch/optim/adamw.py, the single-tensor path), in float64 on the
+// float32 attributes (the operator converts them to float32 when it plans; from the doubles the
+// results move by less than an ulp), t = step + 1:
+//   param *= 1 - lr * wd;  m.lerp_(g, 1 - beta1);  v = v * beta2 + g * g * (1 - beta2)
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps;  param += -(lr / (1 - beta1^t)) * m / denom
+// with g = grad * gnorm_scale (torch has no gnorm_scale; 1 leaves it out). `after` puts the decay
+// after the update instead (CANN's order), for the check that the test tells the two apart.
+// Also returns, per element, the tolerance of a float32 computation of it: 4 float32 ulps of the
+// decayed var and 64 of the update's magnitude (the float32 bias corrections lose up to ~30 ulps
+// where 1 - beta2^t cancels), and 4 of m's and v's terms.
+struct Reference64 {
+  std::vector<double> var, m, v, var_tol, m_tol, v_tol;
+};
+Reference64 torch_adamw_f64(const State &st, const Hyper &h, bool after = false) {
+  const double b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
+  const double lr = static_cast<float>(h.lr), wd = static_cast<float>(h.wd);
+  const double eps = static_cast<float>(h.eps), gs = static_cast<float>(h.gnorm);
+  const double t = static_cast<double>(h.step + 1);
+  const double bc1 = 1.0 - std::pow(b1, t), bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
+  const double u = 0x1p-24;  // a float32 ulp, relative
+  Reference64 r;
+  for (size_t i = 0; i < st.m.size(); ++i) {
+    const double g = static_cast<double>(st.grad.get(i)) * gs;
+    double p = st.var.get(i);
+    if (wd > 0.0 && !after) p *= 1.0 - lr * wd;
+    const double m = st.m[i] + (g - st.m[i]) * (1.0 - b1);  // lerp
+    const double v = st.v[i] * b2 + g * g * (1.0 - b2);
+    const double upd = -(lr / bc1) * m / (std::sqrt(v) / bc2_sqrt + eps);
+    const double upd_mag = (lr / bc1) * (std::fabs(st.m[i] * b1) + std::fabs(g * (1.0 - b1))) /
+                           (std::sqrt(v) / bc2_sqrt + eps);
+    double w = p + upd;
+    if (wd > 0.0 && after) w *= 1.0 - lr * wd;
+    r.var.push_back(w);
+    r.m.push_back(m);
+    r.v.push_back(v);
+    r.var_tol.push_back(u * (4.0 * std::fabs(p) + 4.0 * std::fabs(w) + 64.0 * upd_mag));
+    r.m_tol.push_back(u * 4.0 * (std::fabs(st.m[i] * b1) + std::fabs(g * (1.0 - b1))));
+    r.v_tol.push_back(u * 4.0 * (std::fabs(st.v[i] * b2) + g * g * (1.0 - b2)));
+  }
+  return r;
+}
+
+// One ulp of the 16-bit dtype at x (0 for float32: the float32 tolerance covers it).
+double ulp16(DType t, double x) {
+  if (t == DType::kFloat32) return 0.0;
+  const int mant = t == DType::kBFloat16 ? 7 : 10, min_exp = t == DType::kBFloat16 ? -126 : -14;
+  const int e = x == 0.0 ? min_exp : std::max(std::ilogb(x), min_exp);
+  return std::ldexp(1.0, e - mant);
+}
+
+// How many elements of `got` are farther from the float64 reference than its tolerance.
+size_t count_far(const State &got, const Reference64 &r) {
+  size_t far = 0;
+  for (size_t i = 0; i < got.m.size(); ++i) {
+    const double tol = r.var_tol[i] + ulp16(got.var.dtype, r.var[i]);
+    far += !(std::fabs(got.var.get(i) - r.var[i]) <= tol) ||
+           !(std::fabs(got.m[i] - r.m[i]) <= r.m_tol[i]) ||
+           !(std::fabs(got.v[i] - r.v[i]) <= r.v_tol[i]);
+  }
+  return far;
+}
+
+// The hyperparameters of the decay-before tests: lr * wd of 5e-3 and 0.1 make the two orders
+// differ by far more than the tolerance (checked below); 1e-5 is AdamW's usual size; step 0
+// (t = 1), a mid step, and a late one where the bias corrections are near 1.
+std::vector<Hyper> decay_before_hypers() {
+  std::vector<Hyper> out;
+  for (auto [lr, wd, step] : {std::tuple{0.05, 0.1, int64_t{9}}, std::tuple{0.1, 1.0, int64_t{0}},
+                              std::tuple{1e-3, 0.01, int64_t{1000}}}) {
+    Hyper h;
+    h.lr = lr;
+    h.wd = wd;
+    h.step = step;
+    h.decay_before = true;
+    out.push_back(h);
+  }
+  return out;
+}
+
+// The decay before the update, on every dtype, implementation and SIMD target, with lengths around
+// the vector widths: cpu_reference within a few float32 ulps of a float64 run of torch's algorithm
+// (and bit for bit the float32 oracle), every other implementation and target bit for bit
+// cpu_reference.
+TEST(AdamWDecayBefore, MatchesAFloat64RunOfTorchsAdamWOnEveryImplementationAndTarget) {
+  const std::vector<size_t> sizes = {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000};
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    for (const Hyper &h : decay_before_hypers()) {
+      SCOPED_TRACE(::testing::Message() << "lr " << h.lr << " wd " << h.wd << " step " << h.step);
+      size_t elements = 0, told_apart = 0;
+      for (size_t n : sizes) {
+        SCOPED_TRACE(n);
+        const State start = make_state(500 + n, t, n);
+        const Reference64 want64 = torch_adamw_f64(start, h);
+        State want = start;
+        EXPECT_EQ(oracle_step(want, h), 0);
+        State ref = start;
+        AdamWOptions o = options_of(h);
+        o.implementation = "cpu_reference";
+        AdamWStats stats;
+        const AdamWTensors rt = ref.tensors();
+        ASSERT_TRUE(
+            fusekit::adam_w_step(rt.var, rt.grad, rt.m, rt.v, h.step, lr_of(h), o, &stats).ok());
+        EXPECT_EQ(stats.elements_skipped_nonfinite, 0);
+        EXPECT_EQ(count_far(ref, want64), 0u);
+        expect_same(ref, want);
+        // The test can tell the orders apart: the decay after is outside the tolerance.
+        elements += n;
+        told_apart += count_far(ref, torch_adamw_f64(start, h, /*after=*/true));
+        auto check = [&](const char *impl) {
+          State got = start;
+          AdamWOptions oi = options_of(h);
+          oi.implementation = impl;
+          const AdamWTensors tt = got.tensors();
+          ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), oi).ok());
+          expect_same(got, ref);
+        };
+        for (const std::string &impl : supported_implementations()) {
+          SCOPED_TRACE(impl);
+          check(impl.c_str());
+        }
+        fusekit::testing::for_each_simd_target([&](const char *) { check("cpu_hwy"); });
+      }
+      // (In float32; the 16-bit roundings hide most of the difference, which the bitwise check
+      // against the float32 oracle above still sees.)
+      if (t == DType::kFloat32 && h.lr * h.wd >= 1e-3) {
+        EXPECT_GT(told_apart, elements * 99 / 100) << "the decay after would pass as well";
+      }
+    }
+  }
+}
+
+// The decay before the update over many chunks: every implementation and thread count bit for bit
+// the float32 oracle.
+TEST(AdamWDecayBefore, EveryThreadCountGivesTheSameBits) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(fusekit::dtype_name(t));
+    const State start = make_state(600, t, 70001);
+    const Hyper h = decay_before_hypers()[0];
+    State want = start;
+    oracle_step(want, h);
+    for (const std::string &impl : supported_implementations()) {
+      SCOPED_TRACE(impl);
+      for (int threads : {1, 2, 3, 4}) {
+        SCOPED_TRACE(threads);
+        State got = start;
+        AdamWOptions o = options_of(h);
+        o.implementation = impl.c_str();
+        o.num_threads = threads;
+        const AdamWTensors tt = got.tensors();
+        ASSERT_TRUE(fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o).ok());
+        expect_same(got, want);
+      }
+    }
+  }
+}
+
+// The guard with the decay before: an element whose decayed var (lr * wd = 3: var * -2 overflows
+// from 1.7e38) or whose update would not be finite is left entirely unchanged, its decay included;
+// its neighbours in the same vector are decayed and updated.
+TEST(AdamWDecayBefore, AnElementLeftUnchangedIsNotDecayed) {
+  const size_t n = 77;
+  State start = make_state(610, DType::kFloat32, n);
+  start.var.set(5, 2e38f);
+  start.var.set(70, -3e38f);  // the scalar tail
+  start.grad.set(40, std::numeric_limits<float>::quiet_NaN());
+  Hyper h;
+  h.lr = 1.0;
+  h.wd = 3.0;
+  h.decay_before = true;
+  State want = start;
+  EXPECT_EQ(oracle_step(want, h), 3);
+  EXPECT_NE(want.var.bits(6), start.var.bits(6));
+  auto check = [&](const char *impl) {
+    State got = start;
+    AdamWOptions o = options_of(h);
+    o.implementation = impl;
+    AdamWStats stats;
+    const AdamWTensors tt = got.tensors();
+    ASSERT_TRUE(
+        fusekit::adam_w_step(tt.var, tt.grad, tt.m, tt.v, h.step, lr_of(h), o, &stats).ok());
+    EXPECT_EQ(stats.elements_skipped_nonfinite, 3);
+    expect_same(got, want);
+    for (size_t i : {size_t{5}, size_t{40}, size_t{70}}) {
+      EXPECT_EQ(got.var.bits(i), start.var.bits(i)) << i;
+      EXPECT_TRUE(fusekit::testing::bits_equal(got.m[i], start.m[i])) << i;
+      EXPECT_TRUE(fusekit::testing::bits_equal(got.v[i], start.v[i])) << i;
+    }
+  };
+  for (const std::string &impl : supported_implementations()) {
+    SCOPED_TRACE(impl);
+    check(impl.c_str());
+  }
+  fusekit::testing::for_each_simd_target([&](const char *) { check("cpu_hwy"); });
+}
+
+// The default is CANN's order (after), and with no decay (wd <= 0) the order changes nothing.
+TEST(AdamWDecayBefore, TheDefaultIsAfterAndWithoutDecayTheOrdersAgree) {
+  EXPECT_EQ(AdamWOptions{}.decay_order, WeightDecayOrder::kAfterUpdate);
+  const State start = make_state(620, DType::kFloat32, 100);
+  for (double wd : {0.0, -0.5}) {
+    SCOPED_TRACE(wd);
+    State a = start, b = start;
+    Hyper h;
+    h.lr = 0.1;
+    h.wd = wd;
+    const AdamWTensors ta = a.tensors(), tb = b.tensors();
+    ASSERT_TRUE(fusekit::adam_w_step(ta.var, ta.grad, ta.m, ta.v, 3, lr_of(h), options_of(h)).ok());
+    h.decay_before = true;
+    ASSERT_TRUE(fusekit::adam_w_step(tb.var, tb.grad, tb.m, tb.v, 3, lr_of(h), options_of(h)).ok());
+    expect_same(a, b);
+  }
+  AdamWProblem problem;
+  State s = make_state(621, DType::kFloat32, 10);
+  AdamWOptions o;
+  o.decay_order = WeightDecayOrder::kBeforeUpdate;
+  ASSERT_TRUE(AdamWProblem::make(s.tensors(), o, &problem).ok());
+  EXPECT_EQ(problem.decay_order, WeightDecayOrder::kBeforeUpdate);
+  ASSERT_TRUE(AdamWProblem::make(s.tensors(), {}, &problem).ok());
+  EXPECT_EQ(problem.decay_order, WeightDecayOrder::kAfterUpdate);
+}
+
+TEST(AdamWDecayBefore, AnOrderOutOfRangeIsRefused) {
+  State s = make_state(630, DType::kFloat32, 64);
+  const State before = s;
+  for (int bad : {2, -1, 7}) {
+    SCOPED_TRACE(bad);
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    o.decay_order = static_cast<WeightDecayOrder>(bad);
+    const AdamWTensors t = s.tensors();
+    const Status st = fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, 1e-3f, o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("AdamW: decay_order = " + std::to_string(bad) + " must be 0"),
+              std::string::npos)
+        << st.message();
+    expect_same(s, before);
   }
 }
 
@@ -548,6 +795,13 @@ TEST(AdamWPlan, VerboseNamesTheImplementation) {
     const std::string isa = impl == "cpu_hwy" ? fusekit::hwy_dispatched_target() : "scalar";
     EXPECT_NE(err.find("impl=" + impl + ",isa=" + isa + ","), std::string::npos) << err;
     EXPECT_NE(err.find("update="), std::string::npos) << err;
+    EXPECT_EQ(err.find("decay="), std::string::npos) << err;  // only the order before is named
+    o.decay_order = WeightDecayOrder::kBeforeUpdate;
+    ::testing::internal::CaptureStderr();
+    ASSERT_TRUE(fusekit::adam_w_step(t.var, t.grad, t.m, t.v, 0, 1e-3f, o).ok());
+    const std::string before = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(before.find("AdamW,n=100,dtype=float32,decay=before,impl=" + impl), std::string::npos)
+        << before;
   }
 }
 
