@@ -25,9 +25,9 @@ import pytest
 import torch
 from torch import nn
 
-import fusekit.torch as ft
+import torch.testing._internal.common_optimizers as common_optimizers  # needs expecttest (pinned)
 
-common_optimizers = pytest.importorskip("torch.testing._internal.common_optimizers")
+import fusekit.torch as ft
 
 SEED = 20261204
 DENSE = [ft.AdamW, ft.Adam, ft.AdamW8bit, ft.Adam8bit]
