@@ -413,7 +413,7 @@ def bench_lazy_adam(rec: Recorder, cfg) -> None:
         frac = ft.hugepage_backed_fraction(var)
         impls.append(Impl(f"fusekit.lazy_adam ({label})",
                           (lambda var=var, m=m, v=v:
-                           fusekit.lazy_adam(values, idx, m, v, var, 1e-3)),
+                           fusekit.lazy_adam(var, values, idx, m, v, step=0, lr=1e-3)),
                           metrics=lambda t, frac=frac: {**gbps(t), "huge pages": f"{frac:.0%}"}))
     # torch's fused dense Adam over the whole table, with a dense gradient.
     p = torch.nn.Parameter(init.clone())
@@ -509,7 +509,7 @@ def bench_adam8bit(rec: Recorder, cfg) -> None:
     step = [0]
 
     def raw_step():
-        fusekit.apply_adam_w_quant(var, grad, m, v, qm, qv, am, av, step[0], lr=1e-3,
+        fusekit.apply_adam_w_quant(var, grad, m, v, qm, qv, am, av, step=step[0], lr=1e-3,
                                    weight_decay=0.01)
         step[0] += 1
 
@@ -875,13 +875,13 @@ def bench_overhead(rec: Recorder, cfg) -> None:
     g1, idx1 = torch.ones(1, 1), torch.zeros(1, dtype=torch.int64)
     m1, v1, var1 = torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1)
     r = per_call("lazy_adam, 1 row x 1", "fusekit.lazy_adam",
-                 lambda: fusekit.lazy_adam(g1, idx1, m1, v1, var1, 1e-3))
+                 lambda: fusekit.lazy_adam(var1, g1, idx1, m1, v1, step=0, lr=1e-3))
     rec.compare(r, yard, max_us=10, target="< 10 us")
 
     # AdamW on float32 moments, 1 element.
     a_var, a_g, a_m, a_v = torch.zeros(1), torch.ones(1), torch.zeros(1), torch.zeros(1)
     r = per_call("adam_w, 1 element", "fusekit.adam_w",
-                 lambda: fusekit.adam_w(a_var, a_g, a_m, a_v, 0))
+                 lambda: fusekit.adam_w(a_var, a_g, a_m, a_v, step=0))
     rec.compare(r, yard, max_us=10, target="< 10 us")
 
     # 8-bit AdamW, 1 element (one block).
@@ -891,7 +891,8 @@ def bench_overhead(rec: Recorder, cfg) -> None:
     qv = torch.from_numpy(fusekit.create_dynamic_map(False))
     q_am, q_av = torch.zeros(1), torch.zeros(1)
     r = per_call("apply_adam_w_quant, 1 element", "fusekit.apply_adam_w_quant",
-                 lambda: fusekit.apply_adam_w_quant(q_var, q_g, q_m, q_v, qm, qv, q_am, q_av, 0))
+                 lambda: fusekit.apply_adam_w_quant(q_var, q_g, q_m, q_v, qm, qv, q_am, q_av,
+                                                    step=0))
     rec.compare(r, yard, max_us=10, target="< 10 us")
 
     # AddLora: 1 token, H = 64, R = 16, W = 4, float16 (the C++ benchmark's tiny shape).
@@ -975,7 +976,7 @@ def omp_probe(quick: bool, repeats: int) -> Dict[str, float]:
         layer[0] = (layer[0] + 1) % L
 
     def fk_adam():
-        fusekit.adam_w(av, ag, am, avv, 0)
+        fusekit.adam_w(av, ag, am, avv, step=0)
 
     def torch_op():
         big.mul_(1.0000001)
