@@ -506,20 +506,11 @@ def test_thread_count_set_and_bitwise_equal():
         assert r.tobytes() == results[0].tobytes()
 
 
-def _gil_control_write():
-    """A write that holds the GIL (ctypes.PyDLL keeps it for the foreign call): the control that
-    shows the probe can fail."""
-    import ctypes
-    memset = ctypes.PyDLL(None).memset
-    memset.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
-    return memset
-
-
 def test_gil_released_during_a_step():
     """Proved by the GIL itself (tests/python/helpers/gil.py): an observer thread holding the GIL
     sees var written while the caller has not come back from fusekit.adam_w. The control, a
     memset that holds the GIL, is never proved."""
-    from helpers.gil import releases_gil
+    from helpers.gil import memset_holding_gil, releases_gil
     n = 1 << 22
     g = rng(12)
     grad = g.standard_normal(n).astype(np.float32)
@@ -530,12 +521,9 @@ def test_gil_released_during_a_step():
         return (lambda: fusekit.adam_w(var, grad, m, v, step=0, lr=1e-3),
                 lambda: bool(var[:64].any() or var[::65536].any()))
 
-    memset = _gil_control_write()
-
     def held_round():
         buf = np.zeros(n, np.float32)
-        return (lambda: memset(buf.ctypes.data, 1, buf.nbytes),
-                lambda: bool(buf[:64].any() or buf[::65536].any()))
+        return memset_holding_gil(buf), lambda: bool(buf[:64].any() or buf[::65536].any())
 
     fusekit.set_num_threads(1)
     try:

@@ -60,3 +60,12 @@ def releases_gil(make_round: Callable[[], Tuple[Callable[[], object], Callable[[
     finally:
         sys.setswitchinterval(old)
     return outcomes
+
+
+def memset_holding_gil(array) -> Callable[[], object]:
+    """A call that writes ``array`` (a NumPy array: every byte set to 1) while holding the GIL
+    (ctypes.PyDLL keeps it for the foreign call): the control that shows a round can fail."""
+    import ctypes
+    memset = ctypes.PyDLL(None).memset
+    memset.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+    return lambda: memset(array.ctypes.data, 1, array.nbytes)
