@@ -89,7 +89,7 @@ BLOCK_SIZE = 256
 def _refuse(message: str) -> Error:
     """A fusekit.Error raised by the wrapper itself, with the invalid-argument code."""
     e = Error(message)
-    e.code = 161002  # type: ignore[attr-defined]  # ACLNN_ERR_PARAM_INVALID, as the C++ checks
+    e.code = 161002  # ACLNN_ERR_PARAM_INVALID, as the C++ checks give it
     return e
 
 
