@@ -44,7 +44,8 @@ def bitwise_rule(real, golden):
     returns (passed, detail); passes only with zero elements that differ."""
     real, golden = np.ascontiguousarray(real), np.ascontiguousarray(golden)
     if real.shape != golden.shape or real.dtype.itemsize != golden.dtype.itemsize:
-        return False, f"size {real.size} ({real.dtype}) != golden size {golden.size} ({golden.dtype})"
+        return False, (f"size {real.size} ({real.dtype}) != golden size {golden.size} "
+                       f"({golden.dtype})")
     bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[real.dtype.itemsize]
     differ = int(np.count_nonzero(real.view(bits) != golden.view(bits)))
     return differ == 0, f"{differ} of {real.size} elements not bitwise equal"

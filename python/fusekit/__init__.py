@@ -95,6 +95,8 @@ def _refuse(message: str) -> Error:
 
 def _step(fn: str, step: int) -> int:
     """``step`` as an int in [0, 2^62), else refused before anything is written."""
+    if type(step) is int and 0 <= step < 2**62:  # the usual case, first
+        return step
     try:
         s = operator.index(step)
     except TypeError:

@@ -596,7 +596,8 @@ def test_gil_released_during_a_large_call():
         y = y0.clone()
         yn, before = y.numpy(), y0.numpy()
         return (lambda: ft.add_lora_(y, x, wb, idx, wa),
-                lambda: bool((yn[:2] != before[:2]).any() or (yn[::64, 0] != before[::64, 0]).any()))
+                lambda: bool((yn[:2] != before[:2]).any()
+                             or (yn[::64, 0] != before[::64, 0]).any()))
 
     def held_round():
         buf = np.zeros(b * h, np.float32)

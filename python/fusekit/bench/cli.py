@@ -83,9 +83,9 @@ def _run(args: argparse.Namespace, argv: Optional[List[str]], torch: Any) -> Dic
     rec = Recorder()
     meta["sections"] = {}
     t0 = time.perf_counter()
-    fns: Dict[str, Callable[[Recorder, Config], None]] = {"lazy_adam": bench_lazy_adam, "adam8bit": bench_adam8bit, "offload": bench_offload,
-           "lora": bench_lora,
-           "overhead": bench_overhead, "omp": bench_omp}
+    fns: Dict[str, Callable[[Recorder, Config], None]] = {
+        "lazy_adam": bench_lazy_adam, "adam8bit": bench_adam8bit, "offload": bench_offload,
+        "lora": bench_lora, "overhead": bench_overhead, "omp": bench_omp}
     with torch.no_grad():
         for s in SECTIONS:
             if s in cfg.only:

@@ -95,8 +95,9 @@ def bench_overhead(rec: Recorder, cfg: Config) -> None:
     AdamW8bit, why = _fusekit_torch("AdamW8bit")
     case = "AdamW.step, 1 element"
     tiny = {}
-    makers: List[Tuple[str, Any]] = [("torch.optim.AdamW(fused)", lambda ps: torch.optim.AdamW(ps, fused=True)),
-              ("fusekit.torch.AdamW8bit", AdamW8bit)]
+    makers: List[Tuple[str, Any]] = [
+        ("torch.optim.AdamW(fused)", lambda ps: torch.optim.AdamW(ps, fused=True)),
+        ("fusekit.torch.AdamW8bit", AdamW8bit)]
     for impl, make in makers:
         if make is None:
             rec.skip(sec, case, impl, why)
