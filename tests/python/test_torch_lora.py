@@ -325,19 +325,19 @@ def test_refusals_raise_with_the_library_message_and_modify_nothing():
     y0 = y.clone()
     cases = [
         (dict(indices=torch.tensor([0, 1, -1, 2, 4])),
-         r"indices\[4\] = 4 but weightB has 3 adapters .*nothing was written", 561002),
+         r"indices\[4\] = 4 but weight_b has 3 adapters .*nothing was written", 561002),
         (dict(x=x.half()), r"x has dtype float16 but y has float32", 161002),
-        (dict(wb=wb.bfloat16()), r"weightB has dtype bfloat16 but y has float32", 161002),
+        (dict(wb=wb.bfloat16()), r"weight_b has dtype bfloat16 but y has float32", 161002),
         (dict(x=x[:4]), r"x has 4 rows but y has 5", 561002),
-        (dict(wa=wa[:, :, :, :15]), r"weightAOptional has H1 = 15 but x has 16 columns", 561002),
-        (dict(layer_idx=2), r"layerIdx = 2 is outside \[0, 2\)", 561002),
-        (dict(y_slice_size=5), r"ySliceSize = 5 must be -1 or H2 = 12", 561002),
-        (dict(y_offset=1), r"yOffset = 1 with H2 = 12 does not fit y's 12 columns", 561002),
+        (dict(wa=wa[:, :, :, :15]), r"weight_a has H1 = 15 but x has 16 columns", 561002),
+        (dict(layer_idx=2), r"layer_idx = 2 is outside \[0, 2\)", 561002),
+        (dict(y_slice_size=5), r"y_slice_size = 5 must be -1 or H2 = 12", 561002),
+        (dict(y_offset=1), r"y_offset = 1 with H2 = 12 does not fit y's 12 columns", 561002),
         (dict(indices=idx.float()), r"indices has dtype float32", 161002),
         (dict(indices=torch.tensor([0, 1, -1, 2, 2 ** 40])),  # int64, read as it is (2^40 is
-         r"indices\[4\] = 1099511627776 but weightB has 3 adapters", 561002),  # 0 in int32)
+         r"indices\[4\] = 1099511627776 but weight_b has 3 adapters", 561002),  # 0 in int32)
         (dict(indices=torch.tensor([0, 1, -1, 2, 2 ** 32 + 1])),
-         r"indices\[4\] = 4294967297 but weightB has 3 adapters", 561002),
+         r"indices\[4\] = 4294967297 but weight_b has 3 adapters", 561002),
     ]
     for change, pattern, code in cases:
         args = dict(y=y, x=x, wb=wb, indices=idx, wa=wa, layer_idx=0, y_offset=0,
