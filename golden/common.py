@@ -1,4 +1,10 @@
-"""Shared pieces of the single-operator golden flow: .bin files, params.txt, the precision rule."""
+"""Shared pieces of the single-operator golden flow: .bin files, params.txt, the precision rules.
+
+Each operator's module names its gate in GATE: "bitwise" where its doc promises results bitwise
+equal to the golden (LazyAdam, ApplyAdamWQuant, LazyAdamQuant: docs/<op>.md), checked with
+bitwise_rule (every element's bits, codes exactly); otherwise the tolerance its doc states
+(AddLora: one ulp plus the cancellation bound). The Rec SDK rule (precision_rule, 1e-6) is
+printed beside the bitwise one for information; it gates nothing where the gate is bitwise."""
 import os
 
 import numpy as np
@@ -31,6 +37,32 @@ def read_params(path):
                 k, v = line.split("=", 1)
                 out[k.strip()] = v.strip()
     return out
+
+
+def bitwise_rule(real, golden):
+    """Every element bit for bit (the arrays' own storage: float16 as 16 bits, codes as bytes):
+    returns (passed, detail); passes only with zero elements that differ."""
+    real, golden = np.ascontiguousarray(real), np.ascontiguousarray(golden)
+    if real.shape != golden.shape or real.dtype.itemsize != golden.dtype.itemsize:
+        return False, (f"size {real.size} ({real.dtype}) != golden size {golden.size} "
+                       f"({golden.dtype})")
+    bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[real.dtype.itemsize]
+    differ = int(np.count_nonzero(real.view(bits) != golden.view(bits)))
+    return differ == 0, f"{differ} of {real.size} elements not bitwise equal"
+
+
+def bitwise_result(name, real, golden, informational=True):
+    """A verify() result under the bitwise gate: (name, passed, detail), the Rec SDK rule's numbers
+    appended for information (floats only)."""
+    ok, detail = bitwise_rule(real, golden)
+    if informational and real.size == golden.size and real.size > 0:
+        if real.dtype.kind == "f":
+            _, rec = precision_rule(real, golden)
+            detail += f"; Rec SDK rule (informational): {rec}"
+        elif real.dtype.kind == "u":
+            step = int(np.abs(real.astype(np.int32) - golden.astype(np.int32)).max())
+            detail += f"; largest code difference {step}"
+    return name, ok, detail
 
 
 def precision_rule(real, golden, loss=LOSS):

@@ -6,6 +6,9 @@
 # The summary's time and rate are each operator's steady speed: the median of repeated calls after
 # a warm-up (tools/bin_io.h, steady_seconds); "first call" is the checked call, cold. The golden
 # scripts run in the project's own Python environment (scripts/python_env.sh core: NumPy only).
+# Each flow gates on its operator's documented promise (golden/<op>.py GATE): bitwise where the doc
+# says bitwise (LazyAdam, ApplyAdamWQuant, LazyAdamQuant: one element off by one ulp fails the job),
+# the stated tolerance elsewhere (AddLora); the job exits non-zero when any flow fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=default  # each operator's main size (the seed's shape unless its golden module says otherwise)
@@ -33,8 +36,11 @@ done
 
 echo
 echo "=== fusekit summary ($(date -u +%Y-%m-%d), $(nproc) threads, $(lscpu | sed -n 's/^Model name: *//p')) ==="
-echo "(time, rate: median of the steady calls after a warm-up; first call: the checked one, cold)"
-printf '%-20s %-5s %-36s %13s %18s %13s  %s\n' operator check shape time rate "first call" outputs
+echo "(time, rate: median of the steady calls after a warm-up; first call: the checked one, cold;"
+echo " gate: bitwise = every output element bit for bit and every code exact, as the operator's doc"
+echo " promises; bound = the tolerance its doc states: golden/<op>.py GATE)"
+printf '%-20s %-5s %-8s %-36s %13s %18s %13s  %s\n' \
+  operator check gate shape time rate "first call" outputs
 for op in "${ops[@]}"; do cat "out/$op/summary.txt"; done
 echo "[main.sh] total: $(($(date +%s) - t0)) s"
 exit $status

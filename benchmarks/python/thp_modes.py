@@ -24,7 +24,7 @@ def step_times(table, m, v, grad, idx, repeats):
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        fusekit.lazy_adam(grad, idx, m, v, table, 1e-3)
+        fusekit.lazy_adam(table, grad, idx, m, v, step=0, lr=1e-3)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])  # the first run is the warm-up
 

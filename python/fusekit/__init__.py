@@ -12,11 +12,21 @@ are written in place; each function returns the stats the C++ API returns. A ref
 - :func:`add_lora`: multi-adapter LoRA: ``y[i] += scale * x[i] @ A[idx[i]].T @ B[idx[i]].T``.
 - :func:`create_dynamic_map`: the 256-entry dynamic quantization map of the 8-bit moments.
 
+The optimizer functions speak one language: the parameter first, then its gradient (and, for
+the sparse ones, the indices of its rows), then the state; the rest by keyword: ``step`` (the
+steps taken before this one, from 0: t = step + 1; required), ``lr`` (the raw learning rate,
+bias-corrected inside for every function), ``beta1``, ``beta2``, ``eps``. A refused call's
+message names the Python arguments (``m``, ``weight_decay``), not the aclnn ones.
+
 Each function plans and runs once. To step the same arrays (or arrays of the same layouts) many
 times, plan once and run many times: ``plan = fusekit.AdamWPlan((var, grad, m, v),
 dict(weight_decay=0.01))``, then ``plan.run((var, grad, m, v), step=k, lr=1e-3)`` per step (the
-tensors in the order the function takes them, AddLora's ``out`` last; the attributes by keyword
-name; ``step`` and ``lr`` per run). ``plan.implementation`` names what runs.
+tensors in the order of the operator's C++ Tensors struct: the functions' order for AdamW and
+ApplyAdamWQuant, gradient first for the lazy ones, ``(grad, indices, m, v, var, ...)``, and
+AddLora's ``out`` last; the attributes by keyword name; ``step`` and ``lr`` per run).
+``plan.implementation`` names what runs. The plans take the operator's own per-run scalars:
+``LazyAdamPlan.run`` and ``LazyAdamQuantPlan.run`` take the bias-corrected rate (give them
+``bias_corrected_lr(lr, step, beta1, beta2)``), the AdamW plans ``step`` and the raw ``lr``.
 
 PyTorch optimizers and ops are in :mod:`fusekit.torch` (imported on demand; this package needs
 only NumPy). Threads: :func:`set_num_threads`, else ``OMP_NUM_THREADS``, else the CPUs this
@@ -25,6 +35,8 @@ process may run on; results are bitwise identical for every thread count.
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Optional
 
 from . import _fusekit
@@ -51,6 +63,7 @@ __all__ = [
     "NoImplementationError",
     "lazy_adam",
     "lazy_adam_quant",
+    "bias_corrected_lr",
     "adam_w",
     "apply_adam_w_quant",
     "add_lora",
@@ -73,51 +86,97 @@ __all__ = [
 BLOCK_SIZE = 256
 
 
-def lazy_adam(gradient, indices, m, v, var, lr: float, *, beta1: float = 0.9, beta2: float = 0.999,
-              epsilon: float = 1e-7, num_threads: int = 0,
+def _refuse(message: str) -> Error:
+    """A fusekit.Error raised by the wrapper itself, with the invalid-argument code."""
+    e = Error(message)
+    e.code = 161002  # ACLNN_ERR_PARAM_INVALID, as the C++ checks give it
+    return e
+
+
+def _step(fn: str, step: int) -> int:
+    """``step`` as an int in [0, 2^62), else refused before anything is written."""
+    if type(step) is int and 0 <= step < 2**62:  # the usual case, first
+        return step
+    try:
+        s = operator.index(step)
+    except TypeError:
+        raise _refuse(f"{fn}: step must be an integer (the steps taken before this one, from 0), "
+                      f"got {type(step).__name__}") from None
+    if isinstance(step, bool) or not 0 <= s < 2**62:
+        raise _refuse(f"{fn}: step = {step!r} must be in [0, 2^62) (it counts from 0: "
+                      "t = step + 1); nothing was modified")
+    return s
+
+
+def bias_corrected_lr(lr: float, step: int, beta1: float = 0.9, beta2: float = 0.999) -> float:
+    """The bias-corrected rate the LazyAdam operators take: ``lr * sqrt(1 - beta2**t) /
+    (1 - beta1**t)`` with ``t = step + 1``, in Python float (float64); the operator rounds it to
+    float32. This is torch.optim.SparseAdam's step size, computed with the same arithmetic as
+    :class:`fusekit.torch.SparseAdam` (``bias_correction1 = 1 - beta1 ** t``,
+    ``bias_correction2 = 1 - beta2 ** t``, ``lr * math.sqrt(bias_correction2) /
+    bias_correction1``). NaN where that is not a number (a beta outside [0, 1), which the operator
+    then refuses by name)."""
+    t = int(step) + 1
+    try:
+        bias_correction1 = 1 - float(beta1) ** t
+        bias_correction2 = 1 - float(beta2) ** t
+        return float(lr) * math.sqrt(bias_correction2) / bias_correction1
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return math.nan
+
+
+def lazy_adam(var, grad, indices, m, v, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
+              beta2: float = 0.999, eps: float = 1e-8, num_threads: int = 0,
               implementation: Optional[str] = None) -> LazyAdamStats:
-    """One LazyAdam step, in place on ``m``, ``v`` and ``var`` (float32 [R, D]).
+    """One LazyAdam step (torch.optim.SparseAdam's), in place on the rows of ``var``, ``m`` and
+    ``v`` (float32 [R, D]) that ``indices`` names.
 
-    ``gradient`` float32 [N, D]; ``indices`` int32 or int64 [N] (negative: padding; >= R: refused
-    before anything is written; duplicates summed in order of occurrence). ``lr`` is the
-    bias-corrected rate ``lr * sqrt(1 - beta2**t) / (1 - beta1**t)``; the update is
+    ``grad`` float32 [N, D]: the gradient rows; ``indices`` int32 or int64 [N] (negative: padding;
+    >= R: refused before anything is written; duplicates summed in order of occurrence). ``step``
+    counts from 0 (t = step + 1); ``lr`` is the raw learning rate: the wrapper passes the operator
+    the bias-corrected rate ``lr_t = lr * sqrt(1 - beta2**t) / (1 - beta1**t)`` (computed in
+    float64 by :func:`bias_corrected_lr`, rounded to float32). Per touched row, in float32:
     ``m = m*beta1 + g*(1-beta1)``, ``v = |v*beta2 + g*g*(1-beta2)|``,
-    ``var += (m * -lr) / (sqrt(v) + epsilon)`` in float32. A row whose summed gradient is not
-    finite is left unchanged and counted. Returns :class:`LazyAdamStats`.
+    ``var += (m * -lr_t) / (sqrt(v) + eps)``. A row whose summed gradient is not finite is left
+    unchanged and counted. Returns :class:`LazyAdamStats`.
     """
-    return _fusekit.lazy_adam((gradient, indices, m, v, var),
-                              dict(beta1=beta1, beta2=beta2, epsilon=epsilon), int(num_threads),
-                              implementation, 0, float(lr))
+    fn = "fusekit.lazy_adam"
+    lr_t = bias_corrected_lr(lr, _step(fn, step), beta1, beta2)
+    return _fusekit.lazy_adam((grad, indices, m, v, var),
+                              dict(beta1=beta1, beta2=beta2, eps=eps), int(num_threads),
+                              implementation, 0, lr_t)
 
 
-def lazy_adam_quant(gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v, lr: float,
-                    *, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-7,
-                    num_threads: int = 0,
+def lazy_adam_quant(var, grad, indices, m, v, qmap_m, qmap_v, absmax_m, absmax_v, *, step: int,
+                    lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
+                    eps: float = 1e-8, num_threads: int = 0,
                     implementation: Optional[str] = None) -> LazyAdamQuantStats:
-    """One LazyAdam step with 8-bit moments, in place on the touched rows of ``m``, ``v`` (uint8
-    codes [R, D]), ``absmax_m``, ``absmax_v`` (float32 [R, ceil(D / 256)]) and ``var`` (float32,
-    float16 or bfloat16 [R, D]).
+    """One LazyAdam step with 8-bit moments, in place on the touched rows of ``var`` (float32,
+    float16 or bfloat16 [R, D]), ``m``, ``v`` (uint8 codes [R, D]), ``absmax_m`` and
+    ``absmax_v`` (float32 [R, ceil(D / 256)]).
 
-    ``gradient`` [N, D] in var's dtype or float32; ``indices`` as for :func:`lazy_adam`;
-    ``qmap_m``/``qmap_v``: :func:`create_dynamic_map` (signed / unsigned). Per touched row:
-    dequantize, LazyAdam's float32 update (``lr`` already bias-corrected), requantize with
-    ApplyAdamWQuant's nearest-code rule. See docs/lazy_adam_quant.md. Returns
-    :class:`LazyAdamQuantStats`.
+    ``grad`` [N, D] in var's dtype or float32; ``indices`` as for :func:`lazy_adam`;
+    ``qmap_m``/``qmap_v``: :func:`create_dynamic_map` (signed / unsigned). ``step`` and ``lr``
+    as for :func:`lazy_adam` (the raw rate; the operator gets the bias-corrected one). Per touched
+    row: dequantize, LazyAdam's float32 update, requantize with ApplyAdamWQuant's nearest-code
+    rule. See docs/lazy_adam_quant.md. Returns :class:`LazyAdamQuantStats`.
     """
+    fn = "fusekit.lazy_adam_quant"
+    lr_t = bias_corrected_lr(lr, _step(fn, step), beta1, beta2)
     return _fusekit.lazy_adam_quant(
-        (gradient, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v),
-        dict(beta1=beta1, beta2=beta2, epsilon=epsilon), int(num_threads), implementation, 0,
-        float(lr))
+        (grad, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v),
+        dict(beta1=beta1, beta2=beta2, eps=eps), int(num_threads), implementation, 0, lr_t)
 
 
-def adam_w(var, grad, m, v, step: int, *, lr: float = 1e-3, beta1: float = 0.9,
-           beta2: float = 0.999, weight_decay: float = 0.0, eps: float = 1e-8,
+def adam_w(var, grad, m, v, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
+           beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
            gnorm_scale: float = 1.0, num_threads: int = 0,
            implementation: Optional[str] = None) -> AdamWStats:
     """One AdamW step on float32 moments, in place on ``var``, ``m`` and ``v``.
 
     ``var`` and ``grad``: float32, float16 or bfloat16, the same shape; ``m``, ``v``: float32 of
-    that shape. ``step`` counts from 0 (t = step + 1). The arithmetic is ApplyAdamWQuant's:
+    that shape. ``step`` counts from 0 (t = step + 1); ``lr`` is the raw learning rate (the
+    operator applies the bias correction). The arithmetic is ApplyAdamWQuant's:
     ``var += (m * -lr*c2s/c1) / (sqrt(v) + eps*c2s)``, then ``var *= 1 - lr*weight_decay``
     (decay after the step). Elements whose result would not be finite are left unchanged and
     counted. Returns :class:`AdamWStats`.
@@ -125,26 +184,26 @@ def adam_w(var, grad, m, v, step: int, *, lr: float = 1e-3, beta1: float = 0.9,
     return _fusekit.adam_w((var, grad, m, v),
                            dict(beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
                                 gnorm_scale=gnorm_scale), int(num_threads), implementation,
-                           int(step), float(lr))
+                           _step("fusekit.adam_w", step), float(lr))
 
 
-def apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, step: int, *,
+def apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, *, step: int,
                        lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                       weight_decay: float = 0.0, eps: float = 1e-8, gnorm_scale: float = 1.0,
+                       eps: float = 1e-8, weight_decay: float = 0.0, gnorm_scale: float = 1.0,
                        block_size: int = BLOCK_SIZE, num_threads: int = 0,
                        implementation: Optional[str] = None) -> ApplyAdamWQuantStats:
     """One AdamW step on 8-bit block-wise moments, in place.
 
     ``var``, ``grad``: float32, float16 or bfloat16, n elements; ``m``, ``v``: uint8 codes of
     var's shape; ``qmap_m``, ``qmap_v``: float32 [256] (:func:`create_dynamic_map`); ``absmax_m``,
-    ``absmax_v``: float32 [ceil(n / 256)]. ``step`` counts from 0. See docs/apply_adam_w_quant.md.
-    Returns :class:`ApplyAdamWQuantStats`.
+    ``absmax_v``: float32 [ceil(n / 256)]. ``step`` counts from 0; ``lr`` is the raw learning rate,
+    as for :func:`adam_w`. See docs/apply_adam_w_quant.md. Returns :class:`ApplyAdamWQuantStats`.
     """
     return _fusekit.apply_adam_w_quant(
         (var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v),
         dict(beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
              gnorm_scale=gnorm_scale, block_size=block_size), int(num_threads), implementation,
-        int(step), float(lr))
+        _step("fusekit.apply_adam_w_quant", step), float(lr))
 
 
 def add_lora(y, x, weight_b, indices, weight_a=None, *, out=None, layer_idx: int = 0,
@@ -190,11 +249,11 @@ def get_num_threads() -> int:
     return _fusekit.get_num_threads()
 
 
-def empty_host(nbytes: int, huge_pages: bool = True):
+def empty_host(nbytes: int, hugepages: bool = True):
     """A NumPy uint8 array of ``nbytes`` on fusekit's host memory: 2 MiB-aligned and advised for
-    transparent huge pages when ``huge_pages`` and ``nbytes >= 2 MiB``; freed with its last view.
+    transparent huge pages when ``hugepages`` and ``nbytes >= 2 MiB``; freed with its last view.
     (Tables stepped at random rows run about twice as fast on huge pages.)"""
-    return _fusekit.empty_host(int(nbytes), bool(huge_pages))
+    return _fusekit.empty_host(int(nbytes), bool(hugepages))
 
 
 def huge_page_backed_bytes(array) -> int:

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -63,10 +64,6 @@ PyObject *g_no_implementation = nullptr;
 
 [[noreturn]] void raise_value(const std::string &message) {
   raise_status(Status::Invalid(message));
-}
-
-void check(const Status &s) {
-  if (!s.ok()) raise_status(s);
 }
 
 // --- arrays ------------------------------------------------------------------------------------
@@ -314,20 +311,26 @@ const char *implementation_name(const std::optional<std::string> &s) {
 // description come its plan class (fusekit.LazyAdamPlan, ...: planned once, run any number of
 // times on new arrays of the same layout) and its one-call function (plan and run once).
 
+// Each tensor and attribute has its Python name (the keyword of the fusekit function) and, where
+// the C++ checks call it otherwise, its aclnn name (inputM, weightDecay, ...): a refused call's
+// message is rewritten to the Python names (python_names below).
 struct TensorArg {
   const char *name;
   bool written;
-  bool optional = false;  // None is allowed: an empty TensorView (AddLora's weight_a)
+  const char *aclnn = nullptr;  // null: the C++ messages use `name`
+  bool optional = false;        // None is allowed: an empty TensorView (AddLora's weight_a)
 };
 template <class Options>
 struct FloatAttr {
   const char *name;
   double Options::*field;
+  const char *aclnn = nullptr;
 };
 template <class Options>
 struct IntAttr {
   const char *name;
   int64_t Options::*field;
+  const char *aclnn = nullptr;
   // For an option that is not an int64_t (an enum): sets it from the value, or returns the rule
   // the value breaks (the message then names the attribute and the value); field is then null.
   const char *(*set)(Options &, int64_t) = nullptr;
@@ -343,10 +346,14 @@ struct Binding<LazyAdam> {
   using Options = LazyAdamOptions;
   using Stats = LazyAdamStats;
   static constexpr const char *kName = "lazy_adam";
-  static constexpr TensorArg kTensors[] = {
-      {"gradient", false}, {"indices", false}, {"m", true}, {"v", true}, {"var", true}};
-  static constexpr FloatAttr<Options> kFloats[] = {
-      {"beta1", &Options::beta1}, {"beta2", &Options::beta2}, {"epsilon", &Options::epsilon}};
+  static constexpr TensorArg kTensors[] = {{"grad", false, "gradient"},
+                                           {"indices", false},
+                                           {"m", true, "inputM"},
+                                           {"v", true, "inputV"},
+                                           {"var", true, "inputVar"}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
+                                                   {"beta2", &Options::beta2},
+                                                   {"eps", &Options::epsilon, "epsilon"}};
   static constexpr std::span<const IntAttr<Options>> kInts = {};
   static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3], v[4]}; }
   static Status run(const LazyAdam &plan, const Tensors &t, int64_t /*step*/, double lr, void *ws,
@@ -365,10 +372,14 @@ struct Binding<LazyAdamQuant> {
   using Stats = LazyAdamQuantStats;
   static constexpr const char *kName = "lazy_adam_quant";
   static constexpr TensorArg kTensors[] = {
-      {"gradient", false}, {"indices", false}, {"m", true},        {"v", true},       {"var", true},
-      {"qmap_m", false},   {"qmap_v", false},  {"absmax_m", true}, {"absmax_v", true}};
-  static constexpr FloatAttr<Options> kFloats[] = {
-      {"beta1", &Options::beta1}, {"beta2", &Options::beta2}, {"epsilon", &Options::epsilon}};
+      {"grad", false, "gradient"},  {"indices", false},
+      {"m", true, "inputM"},        {"v", true, "inputV"},
+      {"var", true, "inputVar"},    {"qmap_m", false, "qmapM"},
+      {"qmap_v", false, "qmapV"},   {"absmax_m", true, "absmaxM"},
+      {"absmax_v", true, "absmaxV"}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
+                                                   {"beta2", &Options::beta2},
+                                                   {"eps", &Options::epsilon, "epsilon"}};
   static constexpr std::span<const IntAttr<Options>> kInts = {};
   static Tensors tensors(const TensorView *v) {
     return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
@@ -390,11 +401,12 @@ struct Binding<AdamW> {
   static constexpr const char *kName = "adam_w";
   static constexpr TensorArg kTensors[] = {
       {"var", true}, {"grad", false}, {"m", true}, {"v", true}};
-  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
-                                                   {"beta2", &Options::beta2},
-                                                   {"weight_decay", &Options::weight_decay},
-                                                   {"eps", &Options::eps},
-                                                   {"gnorm_scale", &Options::gnorm_scale}};
+  static constexpr FloatAttr<Options> kFloats[] = {
+      {"beta1", &Options::beta1},
+      {"beta2", &Options::beta2},
+      {"weight_decay", &Options::weight_decay, "weightDecay"},
+      {"eps", &Options::eps},
+      {"gnorm_scale", &Options::gnorm_scale, "gnormScale"}};
   // decay_before_update: 0 (the default) applies the decoupled decay after the Adam update
   // (CANN's and bitsandbytes' order), 1 before it (torch.optim.AdamW's order).
   static const char *set_decay_order(Options &o, int64_t value) {
@@ -405,7 +417,8 @@ struct Binding<AdamW> {
     o.decay_order = value == 1 ? WeightDecayOrder::kBeforeUpdate : WeightDecayOrder::kAfterUpdate;
     return nullptr;
   }
-  static constexpr IntAttr<Options> kInts[] = {{"decay_before_update", nullptr, &set_decay_order}};
+  static constexpr IntAttr<Options> kInts[] = {
+      {"decay_before_update", nullptr, nullptr, &set_decay_order}};
   static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3]}; }
   static Status run(const AdamW &plan, const Tensors &t, int64_t step, double lr, void * /*ws*/,
                     size_t /*bytes*/, Stats *stats) {
@@ -423,15 +436,21 @@ struct Binding<ApplyAdamWQuant> {
   using Options = ApplyAdamWQuantOptions;
   using Stats = ApplyAdamWQuantStats;
   static constexpr const char *kName = "apply_adam_w_quant";
-  static constexpr TensorArg kTensors[] = {{"var", true},      {"grad", false},   {"m", true},
-                                           {"v", true},        {"qmap_m", false}, {"qmap_v", false},
-                                           {"absmax_m", true}, {"absmax_v", true}};
-  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
-                                                   {"beta2", &Options::beta2},
-                                                   {"weight_decay", &Options::weight_decay},
-                                                   {"eps", &Options::eps},
-                                                   {"gnorm_scale", &Options::gnorm_scale}};
-  static constexpr IntAttr<Options> kInts[] = {{"block_size", &Options::block_size}};
+  static constexpr TensorArg kTensors[] = {{"var", true, "varRef"},
+                                           {"grad", false},
+                                           {"m", true, "mRef"},
+                                           {"v", true, "vRef"},
+                                           {"qmap_m", false, "qmapM"},
+                                           {"qmap_v", false, "qmapV"},
+                                           {"absmax_m", true, "absmaxMRef"},
+                                           {"absmax_v", true, "absmaxVRef"}};
+  static constexpr FloatAttr<Options> kFloats[] = {
+      {"beta1", &Options::beta1},
+      {"beta2", &Options::beta2},
+      {"weight_decay", &Options::weight_decay, "weightDecay"},
+      {"eps", &Options::eps},
+      {"gnorm_scale", &Options::gnorm_scale, "gnormScale"}};
+  static constexpr IntAttr<Options> kInts[] = {{"block_size", &Options::block_size, "blockSize"}};
   static Tensors tensors(const TensorView *v) {
     return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   }
@@ -453,14 +472,15 @@ struct Binding<AddLora> {
   static constexpr const char *kName = "add_lora";
   static constexpr TensorArg kTensors[] = {{"y", false},
                                            {"x", false},
-                                           {"weight_b", false},
+                                           {"weight_b", false, "weightB"},
                                            {"indices", false},
-                                           {"weight_a", false, true},
+                                           {"weight_a", false, "weightAOptional", true},
                                            {"out", true}};
   static constexpr FloatAttr<Options> kFloats[] = {{"scale", &Options::scale}};
-  static constexpr IntAttr<Options> kInts[] = {{"layer_idx", &Options::layer_idx},
-                                               {"y_offset", &Options::y_offset},
-                                               {"y_slice_size", &Options::y_slice_size}};
+  static constexpr IntAttr<Options> kInts[] = {
+      {"layer_idx", &Options::layer_idx, "layerIdx"},
+      {"y_offset", &Options::y_offset, "yOffset"},
+      {"y_slice_size", &Options::y_slice_size, "ySliceSize"}};
   static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3], v[4], v[5]}; }
   static Status run(const AddLora &plan, const Tensors &t, int64_t /*step*/, double /*lr*/,
                     void *ws, size_t bytes, Stats *stats) {
@@ -542,6 +562,46 @@ const char *function_name() {
   return name.c_str();
 }
 
+// A refused call's message in the Python names: each word (a run of letters, digits and _) that is
+// the aclnn name of one of the operator's tensors or attributes becomes its Python name
+// ("LazyAdam: inputM has dtype float64" -> "LazyAdam: m has dtype float64").
+template <class Op>
+std::string python_names(const std::string &message) {
+  using B = Binding<Op>;
+  const auto python_name = [](std::string_view word) -> const char * {
+    for (const TensorArg &a : B::kTensors)
+      if (a.aclnn != nullptr && word == a.aclnn) return a.name;
+    for (const auto &a : B::kFloats)
+      if (a.aclnn != nullptr && word == a.aclnn) return a.name;
+    for (const auto &a : B::kInts)
+      if (a.aclnn != nullptr && word == a.aclnn) return a.name;
+    return nullptr;
+  };
+  const auto is_word = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  };
+  std::string out;
+  out.reserve(message.size());
+  for (size_t i = 0; i < message.size();) {
+    if (!is_word(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < message.size() && is_word(message[j])) ++j;
+    const std::string_view word(message.data() + i, j - i);
+    const char *name = python_name(word);
+    out += name != nullptr ? std::string_view(name) : word;
+    i = j;
+  }
+  return out;
+}
+
+template <class Op>
+void check_op(const Status &s) {
+  if (!s.ok()) raise_status(Status(s.code(), python_names<Op>(s.message())));
+}
+
 // A plan, made once from the layouts of arrays, run any number of times on arrays of the same
 // layouts (new data, new addresses) with the GIL released. The workspace is the calling thread's.
 template <class Op>
@@ -555,8 +615,8 @@ class PyPlan {
          const char *implementation) {
     const auto o = options_of<Op>(attrs, num_threads, implementation, function_name<Op>());
     typename Binding<Op>::Problem problem;  // (the plan keeps its own copy)
-    check(Binding<Op>::Problem::make(t, o, &problem));
-    check(Op::plan(problem, o, &plan_));
+    check_op<Op>(Binding<Op>::Problem::make(t, o, &problem));
+    check_op<Op>(Op::plan(problem, o, &plan_));
   }
 
   typename Binding<Op>::Stats run(nb::handle tensors, int64_t step, double lr) const {
@@ -573,7 +633,7 @@ class PyPlan {
       nb::gil_scoped_release release;
       s = Binding<Op>::run(plan_, t, step, lr, ws, bytes, &stats);
     }
-    check(s);
+    check_op<Op>(s);
     return stats;
   }
 
@@ -607,9 +667,9 @@ void bind_operator(nb::module_ &mod, const char *class_name) {
 // --- memory ------------------------------------------------------------------------------------
 
 // A NumPy uint8 array of `nbytes` on fusekit's host memory (2 MiB-aligned and advised for huge
-// pages when huge_pages and nbytes >= 2 MiB), freed when the last view of it goes.
-nb::ndarray<nb::numpy, uint8_t> empty_host(size_t nbytes, bool huge_pages) {
-  void *p = allocate_host(nbytes == 0 ? 1 : nbytes, huge_pages);
+// pages when hugepages and nbytes >= 2 MiB), freed when the last view of it goes.
+nb::ndarray<nb::numpy, uint8_t> empty_host(size_t nbytes, bool hugepages) {
+  void *p = allocate_host(nbytes == 0 ? 1 : nbytes, hugepages);
   if (p == nullptr) {
     raise_status(Status::Runtime("fusekit.empty_host: cannot allocate " + std::to_string(nbytes) +
                                  " bytes"));
@@ -731,7 +791,7 @@ NB_MODULE(_fusekit, mod) {
   });
   mod.def("set_num_threads", &set_num_threads, "n"_a);
   mod.def("get_num_threads", &num_threads);
-  mod.def("empty_host", &empty_host, "nbytes"_a, "huge_pages"_a);
+  mod.def("empty_host", &empty_host, "nbytes"_a, "hugepages"_a);
   mod.def(
       "huge_page_backed_bytes",
       [](uintptr_t address, size_t nbytes) {

@@ -95,7 +95,7 @@ def test_plot_without_matplotlib_is_refused_before_running(no_matplotlib, tmp_pa
 def test_default_chart_without_matplotlib_is_skipped_with_a_note(no_matplotlib, quick_report,
                                                                 tmp_path, capsys, monkeypatch):
     _, _, js = quick_report
-    monkeypatch.setattr(bench, "_default_plot_path", lambda: str(tmp_path / "default.png"))
+    monkeypatch.setattr(bench.report, "default_plot_path", lambda: str(tmp_path / "default.png"))
     report = bench.run(["--from-json", str(js)])  # no --plot: the chart is an extra
     assert report["comparisons"]
     assert "chart not written: matplotlib is not installed" in capsys.readouterr().out

@@ -90,24 +90,24 @@ def lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1: float, 
 def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float = 0.9,
                                     beta2: float = 0.999, epsilon: float = 1e-7,
                                     use_locking: bool = False, copy_on_read: bool = True,
-                                    huge_pages: bool = True, name=None):
+                                    hugepages: bool = True, name=None):
     """One LazyAdam step on resource variables ``var``, ``m``, ``v`` (float32 [rows, dim]), the
     rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
     ``grad`` [N, dim]; ``lr`` the bias-corrected step. ``use_locking``: hold the variables'
     locks exclusively. ``copy_on_read`` (TensorFlow's convention for sparse applies): switch the
     variables to copy-on-read mode; ``False`` keeps their mode and copies a variable only when a
-    live read shares its buffer (what a table read whole every step needs). ``huge_pages``:
+    live read shares its buffer (what a table read whole every step needs). ``hugepages``:
     advise each table of at least 2 MiB onto huge pages once, where it is (nothing moves; a step
     at random rows is faster on them). Returns the op."""
     handles = [x.handle if hasattr(x, "handle") else x for x in (var, m, v)]
     return load().fusekit_resource_sparse_apply_lazy_adam(
         *handles, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
-        use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=huge_pages, name=name)
+        use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=hugepages, name=name)
 
 
 def resource_sparse_apply_lazy_adam_quant(var, codes, absmax, qmap_m, qmap_v, lr, grad, indices,
                                           beta1: float = 0.9, beta2: float = 0.999,
-                                          epsilon: float = 1e-7, huge_pages: bool = True,
+                                          epsilon: float = 1e-7, hugepages: bool = True,
                                           name=None):
     """One 8-bit LazyAdam step (fusekit's LazyAdamQuant) on resource variables: ``var`` float32
     [rows, dim] and its state, packed by row: ``codes`` uint8 [rows, 2, dim] (m's codes into
@@ -116,12 +116,12 @@ def resource_sparse_apply_lazy_adam_quant(var, codes, absmax, qmap_m, qmap_v, lr
     rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
     ``grad`` [N, dim]; ``lr`` the bias-corrected step. Zero codes with a zero absmax are zero
     moments (a fresh state). The variables are locked exclusively, and a variable whose buffer a
-    live read shares is copied first. ``huge_pages``: as :func:`resource_sparse_apply_lazy_adam`.
+    live read shares is copied first. ``hugepages``: as :func:`resource_sparse_apply_lazy_adam`.
     Returns the op."""
     handles = [x.handle if hasattr(x, "handle") else x for x in (var, codes, absmax)]
     return load().fusekit_resource_sparse_apply_lazy_adam_quant(
         *handles, qmap_m, qmap_v, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
-        huge_pages=huge_pages, name=name)
+        huge_pages=hugepages, name=name)
 
 
 # The Keras 3 optimizer, registered with Keras on import (so that keras.models.load_model finds

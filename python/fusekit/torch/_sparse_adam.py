@@ -305,7 +305,7 @@ class SparseAdam(FusekitOptimizer):
                 back.append((t, v))
             views.append(v)
         var, m, v = views
-        attrs = dict(beta1=hp.beta1, beta2=hp.beta2, epsilon=hp.eps)
+        attrs = dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps)
         st = self._plans.run(id(w.param), fusekit.LazyAdamPlan, (values, w.indices, m, v, var),
                              attrs, (hp.beta1, hp.beta2, hp.eps, values.shape[0],
                                      w.indices.dtype), 0, step_size)

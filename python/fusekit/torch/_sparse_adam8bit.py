@@ -292,7 +292,7 @@ class SparseAdam8bit(SparseAdam):
                 back.append((t, v))
             views.append(v)
         var, m, v, am, av = views
-        attrs = dict(beta1=hp.beta1, beta2=hp.beta2, epsilon=hp.eps)
+        attrs = dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps)
         st = self._plans.run(id(w.param), fusekit.LazyAdamQuantPlan,
                              (values, w.indices, m, v, var, state["qmap1"], state["qmap2"], am, av),
                              attrs, (hp.beta1, hp.beta2, hp.eps, values.shape[0],
