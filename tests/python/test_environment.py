@@ -51,7 +51,11 @@ def test_a_virtual_environment_that_sees_no_other_site_packages():
 def test_every_installed_package_is_pinned_at_its_pin():
     pins = _pins()
     seen = {}
-    for dist in metadata.distributions():
+    # The environment's own site-packages: importing setuptools (torch.testing does) puts its
+    # vendored packages (setuptools/_vendor/*.dist-info) on sys.path, which are setuptools', not
+    # installed packages.
+    site_dirs = [p for p in sys.path if p.endswith("site-packages")]
+    for dist in metadata.distributions(path=site_dirs):
         name = _norm(dist.metadata["Name"])
         seen[name] = dist.version
         if name in ("pip", "fusekit"):  # the venv's own installer; the package under test
