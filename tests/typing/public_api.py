@@ -65,6 +65,29 @@ def uses() -> None:
     assert_type(out, torch.Tensor)
     assert_type(fusekit.torch.empty_hugepage((4, 4)), torch.Tensor)
     assert_type(fusekit.torch.hugepage_backed_fraction(out), float)
+    assert sorted(TORCH_NAMES) == sorted(fusekit.torch.__all__), "a new name: add it to TORCH_NAMES"
+
+
+# Every public name of fusekit.torch, as mypy sees it (a name missing from the imports under
+# TYPE_CHECKING there is an error here); uses() checks that this is all of __all__.
+TORCH_NAMES = {
+    "SparseAdam": fusekit.torch.SparseAdam,
+    "LazyAdam": fusekit.torch.LazyAdam,
+    "SparseAdamStats": fusekit.torch.SparseAdamStats,
+    "SparseAdam8bit": fusekit.torch.SparseAdam8bit,
+    "AdamW": fusekit.torch.AdamW,
+    "Adam": fusekit.torch.Adam,
+    "AdamW8bit": fusekit.torch.AdamW8bit,
+    "Adam8bit": fusekit.torch.Adam8bit,
+    "add_lora": fusekit.torch.add_lora,
+    "add_lora_": fusekit.torch.add_lora_,
+    "MultiLoRALinear": fusekit.torch.MultiLoRALinear,
+    "empty_hugepage": fusekit.torch.empty_hugepage,
+    "zeros_hugepage": fusekit.torch.zeros_hugepage,
+    "to_hugepages": fusekit.torch.to_hugepages,
+    "advise_hugepages": fusekit.torch.advise_hugepages,
+    "hugepage_backed_fraction": fusekit.torch.hugepage_backed_fraction,
+}
 
 
 def misuses() -> None:
