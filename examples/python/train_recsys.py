@@ -51,10 +51,7 @@ def _fusekit_sparse_adam(params, lr):
 
 def _fusekit_sparse_adam8bit(params, lr):
     import fusekit.torch
-    cls = getattr(fusekit.torch, "SparseAdam8bit", None)
-    if cls is None:  # not exported by this version of fusekit.torch: its module
-        from fusekit.torch._sparse_adam8bit import SparseAdam8bit as cls
-    return cls(params, lr=lr)
+    return fusekit.torch.SparseAdam8bit(params, lr=lr)
 
 
 # name -> (factory(params, lr) -> optimizer, label for the plot). Add new ones here.

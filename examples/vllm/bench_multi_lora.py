@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Dict, List
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = {  # name: (enable_lora, FUSEKIT_VLLM)
@@ -181,8 +182,9 @@ def main():
     t0 = time.perf_counter()
     make(args.workdir, args.rank, args.adapters)
     print(f"model and adapters in {args.workdir} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    runs = {name: {"times": [], "lora_method_times": []} for name in CONFIGS}
-    round_overhead = {"stock vLLM LoRA": [], "vLLM + fusekit": []}
+    runs: Dict[str, Dict[str, List[float]]] = {
+        name: {"times": [], "lora_method_times": []} for name in CONFIGS}
+    round_overhead: Dict[str, List[float]] = {"stock vLLM LoRA": [], "vLLM + fusekit": []}
     for rnd in range(args.rounds):  # configurations in turn, round after round: drift hits all
         round_median = {}
         for name, (_, flag) in CONFIGS.items():

@@ -32,6 +32,11 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+
+if TYPE_CHECKING:  # imported when vLLM calls the patched methods, not with this module
+    import torch
+    from torch import Tensor
 
 __all__ = ["register", "unregister", "KNOWN_VERSIONS", "is_patched"]
 
@@ -40,7 +45,7 @@ KNOWN_VERSIONS = ("0.32.0",)
 
 # A child of vLLM's logger: vLLM's handler and format print its lines in every vLLM process.
 _log = logging.getLogger("vllm.fusekit")
-_ORIGINAL = {}  # method name -> vLLM's function, once patched
+_ORIGINAL: Dict[str, Callable[..., Any]] = {}  # method name -> vLLM's function, once patched
 
 # The parameters each patched method must have (names and order), as vLLM 0.32 defines them.
 _EXPECTED = {
@@ -110,8 +115,8 @@ def register() -> None:
               "off)", fusekit.__version__, version)
 
 
-_DTYPES = None
-_APPLY = None
+_DTYPES: Optional[Tuple[torch.dtype, ...]] = None  # the torch dtypes AddLora steps, once torch is in
+_APPLY: Optional[Callable[..., None]] = None
 
 
 def _threads() -> int:
@@ -124,7 +129,7 @@ def _threads() -> int:
         return 1
 
 
-def _op():
+def _op() -> Callable[..., None]:
     """The function the patched methods call, made once (they run per layer and step):
     ``apply(y, x, b, indices, a, scale, y_offset, n)`` adds the LoRA update in place on the 2-D
     ``y``. A plain eager call with inner-contiguous tensors (vLLM's) goes to the operator's binding
@@ -140,11 +145,13 @@ def _op():
     threads = _threads()
     run = _fusekit.add_lora
 
-    def apply(y, x, b, idx, a, scale, y_offset, n):
+    def apply(y: Tensor, x: Tensor, b: Tensor, idx: Tensor, a: Optional[Tensor], scale: float,
+              y_offset: int, n: int) -> None:
         if _eager(y, x, b, idx, a) and all(t is None or t.stride(-1) == 1 for t in (y, x, b, a)):
             run((y, x, b, idx, a, y),
                 {"layer_idx": 0, "scale": scale, "y_offset": y_offset, "y_slice_size": n},
                 threads, None, 0, 0.0)
+            assert _increment_version is not None  # _eager is False without it
             _increment_version(y)  # what the dispatcher does for a mutated argument
         else:
             add_lora_(y, x, b, idx, a, 0, scale, y_offset, n)
@@ -153,7 +160,7 @@ def _op():
     return apply
 
 
-def _fits(*tensors) -> bool:
+def _fits(*tensors: Tensor) -> bool:
     """Whether AddLora takes these tensors: one float dtype it steps, all on the CPU."""
     global _DTYPES
     import torch
@@ -163,8 +170,11 @@ def _fits(*tensors) -> bool:
     return dt in _DTYPES and all(t.dtype == dt and t.device.type == "cpu" for t in tensors)
 
 
-def _add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, *,
-                     buffer=None, **kwargs):
+# vLLM's methods, patched: self is vLLM's PunicaWrapperCPU, the tensors torch's.
+def _add_lora_linear(self: Any, y: Tensor, x: Tensor, lora_a_stacked: Tuple[Tensor, ...],
+                     lora_b_stacked: Tuple[Tensor, ...], scale: float,
+                     output_slices: Tuple[int, ...], *, buffer: Any = None,
+                     **kwargs: Any) -> None:
     if not _fits(y, x, *lora_a_stacked, *lora_b_stacked):
         return _ORIGINAL["add_lora_linear"](self, y, x, lora_a_stacked, lora_b_stacked, scale,
                                             output_slices, buffer=buffer, **kwargs)
@@ -179,8 +189,9 @@ def _add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_s
         offset += n
 
 
-def _add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffer=None,
-                     **kwargs):
+def _add_lora_logits(self: Any, y: Tensor, x: Tensor, lora_a_stacked: Tensor,
+                     lora_b_stacked: Tensor, scale: float, *, buffer: Any = None,
+                     **kwargs: Any) -> None:
     if not _fits(y, x, lora_a_stacked, lora_b_stacked):
         return _ORIGINAL["add_lora_logits"](self, y, x, lora_a_stacked, lora_b_stacked, scale,
                                             buffer=buffer, **kwargs)
@@ -193,7 +204,8 @@ def _add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffe
           lora_a_stacked, float(scale), 0, common)
 
 
-def _add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True, **kwargs):
+def _add_lora_embedding(self: Any, y: Tensor, x: Tensor, lora_b_stacked: Tensor,
+                        add_inputs: bool = True, **kwargs: Any) -> None:
     if not add_inputs or not _fits(y, x, lora_b_stacked):
         return _ORIGINAL["add_lora_embedding"](self, y, x, lora_b_stacked, add_inputs, **kwargs)
     apply = _op()

@@ -23,6 +23,8 @@ works only with the TensorFlow minor version it was built against.
 from __future__ import annotations
 
 import os
+import types
+from typing import Any, Optional, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY = os.path.join(_HERE, "_fusekit_tf_ops.so")
@@ -40,7 +42,7 @@ import tensorflow as tf  # noqa: E402
 from ._built_with import TENSORFLOW_VERSION  # noqa: E402
 
 
-def _minor(version: str) -> tuple:
+def _minor(version: str) -> Tuple[str, ...]:
     return tuple(version.split(".")[:2])
 
 
@@ -51,7 +53,7 @@ if _minor(tf.__version__) != _minor(TENSORFLOW_VERSION):
         "minor version it was built with. Rebuild fusekit with this TensorFlow "
         "(docs/tensorflow.md).")
 
-_ops = None
+_ops: Optional[types.ModuleType] = None
 
 
 def op_library_path() -> str:
@@ -60,7 +62,7 @@ def op_library_path() -> str:
     return _LIBRARY
 
 
-def load():
+def load() -> types.ModuleType:
     """The op library, loaded once per process (``tf.load_op_library(op_library_path())``): a
     module whose functions are the ops, ``lazy_adam``,
     ``fusekit_resource_sparse_apply_lazy_adam`` and
@@ -71,8 +73,11 @@ def load():
     return _ops
 
 
-def lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1: float, beta2: float,
-              epsilon: float, name=None):
+# The tensors and variables are TensorFlow's (tf.Tensor, tf.Variable, TF1 ref variables): Any to
+# type checkers without TensorFlow's annotations.
+def lazy_adam(gradient: Any, indices: Any, input_m: Any, input_v: Any, input_var: Any, lr: Any,
+              beta1: float, beta2: float, epsilon: float,
+              name: Optional[str] = None) -> Tuple[Any, Any, Any]:
     """mx_rec's ``LazyAdam`` op: one LazyAdam step, in place on ``input_m``, ``input_v`` and
     ``input_var`` (float32 [rows, dim]; TF1 ref variables in graph mode, as mx_rec passes them);
     ``gradient`` float32 [N, dim], ``indices`` int32 [N, 1] or [N]; ``lr`` the bias-corrected
@@ -87,10 +92,11 @@ def lazy_adam(gradient, indices, input_m, input_v, input_var, lr, beta1: float, 
                          beta2=beta2, epsilon=epsilon, name=name)
 
 
-def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float = 0.9,
-                                    beta2: float = 0.999, epsilon: float = 1e-7,
-                                    use_locking: bool = False, copy_on_read: bool = True,
-                                    hugepages: bool = True, name=None):
+def resource_sparse_apply_lazy_adam(var: Any, m: Any, v: Any, lr: Any, grad: Any, indices: Any,
+                                    beta1: float = 0.9, beta2: float = 0.999,
+                                    epsilon: float = 1e-7, use_locking: bool = False,
+                                    copy_on_read: bool = True, hugepages: bool = True,
+                                    name: Optional[str] = None) -> Any:
     """One LazyAdam step on resource variables ``var``, ``m``, ``v`` (float32 [rows, dim]), the
     rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
     ``grad`` [N, dim]; ``lr`` the bias-corrected step. ``use_locking``: hold the variables'
@@ -105,10 +111,11 @@ def resource_sparse_apply_lazy_adam(var, m, v, lr, grad, indices, beta1: float =
         use_locking=use_locking, copy_on_read=copy_on_read, huge_pages=hugepages, name=name)
 
 
-def resource_sparse_apply_lazy_adam_quant(var, codes, absmax, qmap_m, qmap_v, lr, grad, indices,
+def resource_sparse_apply_lazy_adam_quant(var: Any, codes: Any, absmax: Any, qmap_m: Any,
+                                          qmap_v: Any, lr: Any, grad: Any, indices: Any,
                                           beta1: float = 0.9, beta2: float = 0.999,
                                           epsilon: float = 1e-7, hugepages: bool = True,
-                                          name=None):
+                                          name: Optional[str] = None) -> Any:
     """One 8-bit LazyAdam step (fusekit's LazyAdamQuant) on resource variables: ``var`` float32
     [rows, dim] and its state, packed by row: ``codes`` uint8 [rows, 2, dim] (m's codes into
     ``qmap_m``, then v's into ``qmap_v``; the maps float32 [256], :func:`fusekit.create_dynamic_map`

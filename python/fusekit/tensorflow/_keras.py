@@ -3,6 +3,8 @@ fusekit's LazyAdam and LazyAdamQuant."""
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional, Tuple
+
 import keras
 import tensorflow as tf
 
@@ -11,7 +13,7 @@ import fusekit
 from . import resource_sparse_apply_lazy_adam, resource_sparse_apply_lazy_adam_quant
 
 
-def lazy_adam_step_size(learning_rate, iterations, beta_1, beta_2):
+def lazy_adam_step_size(learning_rate: Any, iterations: Any, beta_1: Any, beta_2: Any) -> Any:
     """The bias-corrected step of Keras' Adam, ``lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`` with
     ``t = iterations + 1``, in float32 (computed as keras.optimizers.Adam computes it)."""
     lr = tf.cast(learning_rate, tf.float32)
@@ -21,7 +23,7 @@ def lazy_adam_step_size(learning_rate, iterations, beta_1, beta_2):
     return lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
 
 
-def sparse_rows(gradient: tf.IndexedSlices, variable):
+def sparse_rows(gradient: tf.IndexedSlices, variable: Any) -> Optional[Tuple[Any, Any]]:
     """(values [N, dim], indices [N]) of an IndexedSlices gradient of a 2-D float32 variable, or
     None where fusekit's op does not apply (another rank or dtype: the caller's dense path)."""
     if variable.shape.rank != 2 or variable.dtype != tf.float32:
@@ -29,7 +31,8 @@ def sparse_rows(gradient: tf.IndexedSlices, variable):
     return tf.cast(gradient.values, tf.float32), gradient.indices
 
 
-def adam_arguments(who, beta_1, beta_2, epsilon, kwargs):
+def adam_arguments(who: str, beta_1: Any, beta_2: Any, epsilon: Any,
+                   kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """Adam's beta_1, beta_2, epsilon as floats (the op takes them as attributes) and the other
     arguments less ``amsgrad``, which a lazy update does not have; refusals name ``who``."""
     if kwargs.pop("amsgrad", False):
@@ -60,15 +63,15 @@ class LazyAdam(keras.optimizers.Adam):
     a CPU-only machine).
     """
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                 name="lazy_adam", **kwargs):
+    def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, name: str = "lazy_adam", **kwargs: Any) -> None:
         if kwargs.get("weight_decay") is not None:
             raise ValueError("fusekit.tensorflow.LazyAdam: weight_decay is not supported (a lazy "
                              "update touches only the batch's rows; decay would touch them all)")
         super().__init__(learning_rate=learning_rate, name=name, **adam_arguments(
             "fusekit.tensorflow.LazyAdam", beta_1, beta_2, epsilon, kwargs))
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         rows = sparse_rows(gradient, variable) if isinstance(gradient, tf.IndexedSlices) else None
         if rows is None:
             return super().update_step(gradient, variable, learning_rate)
@@ -79,13 +82,13 @@ class LazyAdam(keras.optimizers.Adam):
             *rows, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
             copy_on_read=False)
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
         config.pop("amsgrad", None)
         return config
 
 
-def _is_8bit_candidate(variable, min_8bit_size):
+def _is_8bit_candidate(variable: Any, min_8bit_size: int) -> bool:
     return (variable.shape.rank == 2 and variable.dtype == tf.float32
             and variable.shape.num_elements() >= min_8bit_size)
 
@@ -110,8 +113,9 @@ class LazyAdam8bit(LazyAdam):
     model (``.keras``), codes as uint8 variables.
     """
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                 min_8bit_size=4096, name="lazy_adam_8bit", **kwargs):
+    def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, min_8bit_size: int = 4096, name: str = "lazy_adam_8bit",
+                 **kwargs: Any) -> None:
         if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, int) \
                 or min_8bit_size < 0:
             raise ValueError("fusekit.tensorflow.LazyAdam8bit: min_8bit_size must be an int >= 0, "
@@ -122,12 +126,14 @@ class LazyAdam8bit(LazyAdam):
         self._qmap_m = fusekit.create_dynamic_map(True)
         self._qmap_v = fusekit.create_dynamic_map(False)
 
-    def build(self, var_list):
+    def build(self, var_list: List[Any]) -> None:
         if self.built:
             return
         # The base optimizer's build (not Adam's, which would give every variable float32 slots).
         super(keras.optimizers.Adam, self).build(var_list)
-        self._momentums, self._velocities, self._codes, self._absmax = [], [], [], []
+        self._momentums, self._velocities = [], []
+        self._codes: List[Any] = []  # per variable: its codes variable, or None (float32 state)
+        self._absmax: List[Any] = []
         for variable in var_list:
             if not _is_8bit_candidate(variable, self.min_8bit_size):
                 self._momentums.append(self.add_variable_from_reference(variable, "momentum"))
@@ -147,7 +153,7 @@ class LazyAdam8bit(LazyAdam):
             self._absmax.append(self.add_variable((rows, 2, blocks), dtype="float32",
                                                   name=f"{prefix}_moment_absmax"))
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         index = self._get_variable_index(variable)
         if self._codes[index] is None:
             return super().update_step(gradient, variable, learning_rate)
@@ -161,7 +167,7 @@ class LazyAdam8bit(LazyAdam):
             lazy_adam_step_size(learning_rate, self.iterations, self.beta_1, self.beta_2),
             values, indices, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon)
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
         config["min_8bit_size"] = self.min_8bit_size
         return config

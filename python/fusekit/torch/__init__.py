@@ -10,11 +10,24 @@
 - Huge pages for tables and states: :func:`empty_hugepage`, :func:`to_hugepages`.
 
 Importing this module imports torch; ``import fusekit`` alone does not.
+
+The optimizers load with their submodules when a name is first used (the module ``__getattr__``
+below): they import ``torch.distributed.tensor`` (for FSDP2's DTensor parameters), which takes
+0.52-0.65 s after torch's own 1.4 s on this project's 2-vCPU machine (``python -X importtime``),
+against 16 ms for this module with the LoRA ops and the memory helpers, which load eagerly.
+Type checkers read the optimizers from the imports under ``TYPE_CHECKING``, which never run.
 """
 
 import importlib
+from typing import TYPE_CHECKING, Any, List
 
 import torch  # noqa: F401  (this module is the torch face: torch must be importable)
+
+if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (never imported at run time)
+    from ._adam8bit import Adam8bit, AdamW8bit
+    from ._adamw import Adam, AdamW
+    from ._sparse_adam import LazyAdam, SparseAdam, SparseAdamStats
+    from ._sparse_adam8bit import SparseAdam8bit
 
 # Each name is defined in one submodule, loaded when first used.
 _WHERE = {
@@ -27,32 +40,34 @@ _WHERE = {
     "Adam": "_adamw",
     "AdamW8bit": "_adam8bit",
     "Adam8bit": "_adam8bit",
-    "add_lora": "_lora",
-    "add_lora_": "_lora",
-    "MultiLoRALinear": "_lora",
-    "empty_hugepage": "_memory",
-    "zeros_hugepage": "_memory",
-    "to_hugepages": "_memory",
-    "advise_hugepages": "_memory",
-    "hugepage_backed_fraction": "_memory",
 }
 
 
 # The custom ops (torch.ops.fusekit.add_lora, add_lora_) are registered when _lora loads: load it
 # now, so that a graph or program that names them finds them after `import fusekit.torch`.
 from . import _lora  # noqa: E402,F401
+from ._lora import MultiLoRALinear, add_lora, add_lora_  # noqa: E402
+from ._memory import (  # noqa: E402
+    advise_hugepages,
+    empty_hugepage,
+    hugepage_backed_fraction,
+    to_hugepages,
+    zeros_hugepage,
+)
 
 
-def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from type checkers: to them a name not imported above is an error
+
+    def __getattr__(name: str) -> Any:
+        if name in _WHERE:
+            value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__():
-    return sorted(list(globals()) + list(_WHERE))
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_WHERE))
 
 
 __all__ = [

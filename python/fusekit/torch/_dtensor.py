@@ -12,20 +12,23 @@ a checkpoint saved under another one is refused (by DCP's size check) instead of
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import TYPE_CHECKING, Callable, Tuple
 
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # torch depends on typing_extensions
 
 try:  # torch built without distributed support has no DTensor
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.placement_types import Replicate, Shard
 except ImportError:  # pragma: no cover
-    DTensor = None
+    DTensor = None  # type: ignore[misc,assignment]  # is_dtensor: always False
 
 __all__ = ["is_dtensor", "local", "like_param", "block_layout", "blocks_dtensor"]
 
 
-def is_dtensor(t) -> bool:
+def is_dtensor(t: object) -> TypeIs[DTensor]:
     return DTensor is not None and isinstance(t, DTensor)
 
 
@@ -43,7 +46,7 @@ def like_param(p: torch.Tensor, local_t: torch.Tensor) -> torch.Tensor:
                               shape=p.shape, stride=p.stride())
 
 
-def _check_placements(name: str, p: torch.Tensor) -> None:
+def _check_placements(name: str, p: DTensor) -> None:
     for pl in p.placements:
         if not isinstance(pl, (Shard, Replicate)):
             raise ValueError(f"{name}: a DTensor parameter with placement {pl} (placements "
@@ -51,7 +54,7 @@ def _check_placements(name: str, p: torch.Tensor) -> None:
                              "(Shard) or replicated (Replicate)")
 
 
-def block_layout(name: str, p: torch.Tensor, blocks_of) -> Tuple[int, int]:
+def block_layout(name: str, p: DTensor, blocks_of: Callable[[int], int]) -> Tuple[int, int]:
     """(shards, max_blocks) of a DTensor parameter: how many shards the placements make, and the
     most blocks (``blocks_of(numel)``) any rank's shard can need (the chunk sizes of
     ``torch.chunk``, which the largest shard bounds)."""
@@ -75,11 +78,11 @@ def blocks_dtensor(p: torch.Tensor, local_t: torch.Tensor, shards: int) -> torch
         return local_t
     placements = tuple(Shard(0) if isinstance(pl, Shard) else Replicate() for pl in p.placements)
     return DTensor.from_local(local_t, p.device_mesh, placements, run_check=False,
-                              shape=(shards, local_t.shape[-1]),
+                              shape=torch.Size((shards, local_t.shape[-1])),
                               stride=(local_t.shape[-1], 1))
 
 
-def refuse_sharded_table(opt_name: str, label: str, p) -> None:
+def refuse_sharded_table(opt_name: str, label: str, p: torch.Tensor) -> None:
     """The sparse optimizers' parameters are embedding tables stepped by row index: a DTensor
     (FSDP2) table has dense, reduce-scattered gradients, so there is nothing sparse to step."""
     if is_dtensor(p):

@@ -17,7 +17,7 @@ bit for bit); an index > W is refused before anything is written.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Callable, Optional, Tuple, overload
 
 import torch
 from torch import nn
@@ -28,6 +28,14 @@ __all__ = ["add_lora", "add_lora_", "MultiLoRALinear"]
 
 
 # ---- helpers ------------------------------------------------------------------------------------
+@overload
+def _inner_contiguous(t: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def _inner_contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]: ...
+
+
 def _inner_contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     """``t`` itself when its innermost dimension is contiguous (outer strides are free: the
     operator reads a slice of a wider buffer at full speed), else a contiguous copy."""
@@ -49,14 +57,18 @@ def _empty_batch(y: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> boo
         and indices.numel() == 0
 
 
-def _run(out, y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset, y_slice_size):
+def _run(out: torch.Tensor, y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor,
+         indices: torch.Tensor, weight_a: Optional[torch.Tensor], layer_idx: int, scale: float,
+         y_offset: int, y_slice_size: int) -> None:
     _fusekit.add_lora((y, x, weight_b, indices, weight_a, out),
                       dict(layer_idx=int(layer_idx), scale=float(scale), y_offset=int(y_offset),
                            y_slice_size=int(y_slice_size)), 0, None, 0, 0.0)
 
 
 # ---- the custom ops ------------------------------------------------------------------------------
-def _add_lora_impl(y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset, y_slice_size):
+def _add_lora_impl(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor,
+                   indices: torch.Tensor, weight_a: Optional[torch.Tensor], layer_idx: int,
+                   scale: float, y_offset: int, y_slice_size: int) -> torch.Tensor:
     if _empty_batch(y, x, indices):
         return _alloc_out(y)
     y = _inner_contiguous(y)
@@ -75,15 +87,20 @@ def _add_lora_op(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor, indic
 
 
 @_add_lora_op.register_fake
-def _add_lora_fake(y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset, y_slice_size):
+def _add_lora_fake(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor,
+                   indices: torch.Tensor, weight_a: Optional[torch.Tensor], layer_idx: int,
+                   scale: float, y_offset: int, y_slice_size: int) -> torch.Tensor:
     return y.new_empty(y.shape)  # contiguous, as _alloc_out
 
 
-def _add_lora_inplace_impl(y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset,
-                           y_slice_size):
+def _add_lora_inplace_impl(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor,
+                           indices: torch.Tensor, weight_a: Optional[torch.Tensor],
+                           layer_idx: int, scale: float, y_offset: int,
+                           y_slice_size: int) -> None:
     if _empty_batch(y, x, indices):
         return
-    x, weight_b, weight_a = (_inner_contiguous(t) for t in (x, weight_b, weight_a))
+    x, weight_b = _inner_contiguous(x), _inner_contiguous(weight_b)
+    weight_a = _inner_contiguous(weight_a)
     if y.dim() == 0 or y.size(-1) <= 1 or y.stride(-1) == 1:
         _run(y, y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset, y_slice_size)
     else:  # the operator writes rows with a contiguous innermost dimension: via a copy
@@ -101,8 +118,10 @@ def _add_lora_inplace_op(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tenso
 
 
 @_add_lora_inplace_op.register_fake
-def _add_lora_inplace_fake(y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset,
-                           y_slice_size):
+def _add_lora_inplace_fake(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor,
+                           indices: torch.Tensor, weight_a: Optional[torch.Tensor],
+                           layer_idx: int, scale: float, y_offset: int,
+                           y_slice_size: int) -> None:
     return None
 
 
@@ -110,14 +129,14 @@ def _add_lora_inplace_fake(y, x, weight_b, indices, weight_a, layer_idx, scale, 
 # out = y + P(scale * z), z[i] = (x[i] A_i^T) B_i^T on the rows with an adapter, P placing the
 # H2 columns at y_offset. Written with dense one-hot products over the W adapters (memory
 # O(B * W * R), no [B, H2, R] gather), in float32, the gradients cast to each input's dtype.
-def _setup_context(ctx, inputs, output):
+def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:
     y, x, weight_b, indices, weight_a, layer_idx, scale, y_offset, y_slice_size = inputs
     ctx.save_for_backward(x, weight_b, indices, weight_a)
     ctx.layer_idx, ctx.scale, ctx.y_offset = int(layer_idx), float(scale), int(y_offset)
     ctx.has_a = weight_a is not None
 
 
-def _backward(ctx, grad_out):
+def _backward(ctx: Any, grad_out: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
     x, weight_b, indices, weight_a = ctx.saved_tensors
     layer, scale, off = ctx.layer_idx, ctx.scale, ctx.y_offset
     w, h2, r = weight_b.shape[0], weight_b.shape[2], weight_b.shape[3]
@@ -161,7 +180,8 @@ _add_lora_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---- the Python faces ----------------------------------------------------------------------------
-def _schema_args(layer_idx, scale, y_offset, y_slice_size):
+def _schema_args(layer_idx: int, scale: float, y_offset: int,
+                 y_slice_size: Optional[int]) -> Tuple[int, float, int, int]:
     return (int(layer_idx), float(scale), int(y_offset),
             -1 if y_slice_size is None else int(y_slice_size))
 
@@ -185,14 +205,15 @@ def add_lora(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor, indices: 
     return torch.ops.fusekit.add_lora(y, x, weight_b, indices, weight_a, *args)
 
 
-def _needs_grad(*ts) -> bool:
+def _needs_grad(*ts: Optional[torch.Tensor]) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 
-_increment_version = getattr(torch.autograd.graph, "increment_version", None)
+_increment_version: Optional[Callable[[torch.Tensor], None]] = getattr(
+    torch.autograd.graph, "increment_version", None)
 
 
-def _eager(*ts) -> bool:
+def _eager(*ts: Optional[torch.Tensor]) -> bool:
     """True for a plain eager call: plain CPU tensors (no meta, fake, functional or proxy ones), no
     dispatch mode, no compilation, no gradient wanted. Then the ops' bodies run directly: the
     torch.library dispatch costs about 10 us a call, three times the operator's own overhead on
@@ -216,6 +237,7 @@ def add_lora_(y: torch.Tensor, x: torch.Tensor, weight_b: torch.Tensor, indices:
     args = _schema_args(layer_idx, scale, y_offset, y_slice_size)
     if _eager(y, x, weight_b, indices, weight_a):
         _add_lora_inplace_impl(y, x, weight_b, indices, weight_a, *args)
+        assert _increment_version is not None  # _eager is False without it
         _increment_version(y)  # what the dispatcher does for a mutated argument
     elif _needs_grad(x, weight_b, weight_a):
         y.copy_(torch.ops.fusekit.add_lora(y, x, weight_b, indices, weight_a, *args))

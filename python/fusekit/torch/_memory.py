@@ -22,6 +22,7 @@ docs/python.md ("Memory pages").
 from __future__ import annotations
 
 import math
+from typing import List, Tuple, Union
 
 import torch
 
@@ -30,21 +31,24 @@ from .. import _fusekit
 HUGE_PAGE_BYTES = _fusekit.HUGE_PAGE_BYTES
 
 
-def empty_hugepage(shape, dtype=torch.float32) -> torch.Tensor:
+Shape = Union[int, Tuple[int, ...], List[int]]  # a torch.Size is a tuple
+
+
+def empty_hugepage(shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """An uninitialised contiguous CPU tensor on fusekit's host memory: 2 MiB-aligned and advised
     for huge pages when it is at least 2 MiB (else 64-byte aligned). The memory is freed when the
     last tensor viewing it goes."""
-    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list, torch.Size)) else (shape,)))
+    dims = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = math.prod(shape) * itemsize
+    nbytes = math.prod(dims) * itemsize
     if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(dims, dtype=dtype)
     raw = _fusekit.empty_host(nbytes, True)  # a NumPy uint8 array that owns the memory
     flat = torch.from_numpy(raw)  # shares the memory and keeps `raw` alive
-    return flat.view(dtype).view(shape)
+    return flat.view(dtype).view(dims)
 
 
-def zeros_hugepage(shape, dtype=torch.float32) -> torch.Tensor:
+def zeros_hugepage(shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """:func:`empty_hugepage`, zero-filled (the first touch: this is when the pages are taken)."""
     t = empty_hugepage(shape, dtype)
     t.zero_()
