@@ -37,7 +37,14 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: An array argument: anything that speaks DLPack or the buffer protocol (NumPy arrays, torch CPU
+#: tensors).
+Array = Any
 
 from . import _fusekit
 from ._fusekit import (  # noqa: F401  (re-exported)
@@ -125,7 +132,7 @@ def bias_corrected_lr(lr: float, step: int, beta1: float = 0.9, beta2: float = 0
         return math.nan
 
 
-def lazy_adam(var, grad, indices, m, v, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
+def lazy_adam(var: Array, grad: Array, indices: Array, m: Array, v: Array, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
               beta2: float = 0.999, eps: float = 1e-8, num_threads: int = 0,
               implementation: Optional[str] = None) -> LazyAdamStats:
     """One LazyAdam step (torch.optim.SparseAdam's), in place on the rows of ``var``, ``m`` and
@@ -147,7 +154,7 @@ def lazy_adam(var, grad, indices, m, v, *, step: int, lr: float = 1e-3, beta1: f
                               implementation, 0, lr_t)
 
 
-def lazy_adam_quant(var, grad, indices, m, v, qmap_m, qmap_v, absmax_m, absmax_v, *, step: int,
+def lazy_adam_quant(var: Array, grad: Array, indices: Array, m: Array, v: Array, qmap_m: Array, qmap_v: Array, absmax_m: Array, absmax_v: Array, *, step: int,
                     lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                     eps: float = 1e-8, num_threads: int = 0,
                     implementation: Optional[str] = None) -> LazyAdamQuantStats:
@@ -168,7 +175,7 @@ def lazy_adam_quant(var, grad, indices, m, v, qmap_m, qmap_v, absmax_m, absmax_v
         dict(beta1=beta1, beta2=beta2, eps=eps), int(num_threads), implementation, 0, lr_t)
 
 
-def adam_w(var, grad, m, v, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
+def adam_w(var: Array, grad: Array, m: Array, v: Array, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
            beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
            gnorm_scale: float = 1.0, num_threads: int = 0,
            implementation: Optional[str] = None) -> AdamWStats:
@@ -187,7 +194,7 @@ def adam_w(var, grad, m, v, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
                            _step("fusekit.adam_w", step), float(lr))
 
 
-def apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, *, step: int,
+def apply_adam_w_quant(var: Array, grad: Array, m: Array, v: Array, qmap_m: Array, qmap_v: Array, absmax_m: Array, absmax_v: Array, *, step: int,
                        lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                        eps: float = 1e-8, weight_decay: float = 0.0, gnorm_scale: float = 1.0,
                        block_size: int = BLOCK_SIZE, num_threads: int = 0,
@@ -206,7 +213,8 @@ def apply_adam_w_quant(var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v, *, s
         _step("fusekit.apply_adam_w_quant", step), float(lr))
 
 
-def add_lora(y, x, weight_b, indices, weight_a=None, *, out=None, layer_idx: int = 0,
+def add_lora(y: Array, x: Array, weight_b: Array, indices: Array,
+             weight_a: Optional[Array] = None, *, out: Optional[Array] = None, layer_idx: int = 0,
              scale: float = 1.0, y_offset: int = 0, y_slice_size: Optional[int] = None,
              num_threads: int = 0, implementation: Optional[str] = None) -> AddLoraStats:
     """Multi-adapter LoRA, written to ``out`` (default: ``y`` itself, in place).
@@ -223,7 +231,7 @@ def add_lora(y, x, weight_b, indices, weight_a=None, *, out=None, layer_idx: int
                              int(num_threads), implementation, 0, 0.0)
 
 
-def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7):
+def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7) -> "np.ndarray":
     """The 256-entry dynamic quantization map (bitsandbytes' ``create_dynamic_map``) as a NumPy
     float32 array: signed for m, unsigned (``signed=False``) for v."""
     return _fusekit.create_dynamic_map(bool(signed), int(max_exponent_bits))
@@ -249,14 +257,14 @@ def get_num_threads() -> int:
     return _fusekit.get_num_threads()
 
 
-def empty_host(nbytes: int, hugepages: bool = True):
+def empty_host(nbytes: int, hugepages: bool = True) -> "np.ndarray":
     """A NumPy uint8 array of ``nbytes`` on fusekit's host memory: 2 MiB-aligned and advised for
     transparent huge pages when ``hugepages`` and ``nbytes >= 2 MiB``; freed with its last view.
     (Tables stepped at random rows run about twice as fast on huge pages.)"""
     return _fusekit.empty_host(int(nbytes), bool(hugepages))
 
 
-def huge_page_backed_bytes(array) -> int:
+def huge_page_backed_bytes(array: Array) -> int:
     """How many bytes of ``array``'s memory the kernel backs with huge pages now (-1: unknown)."""
     if hasattr(array, "data_ptr"):
         address, nbytes = array.data_ptr(), array.numel() * array.element_size()

@@ -75,6 +75,7 @@ TORCH_NAMES = {
     "LazyAdam": fusekit.torch.LazyAdam,
     "SparseAdamStats": fusekit.torch.SparseAdamStats,
     "SparseAdam8bit": fusekit.torch.SparseAdam8bit,
+    "StepStats": fusekit.torch.StepStats,
     "AdamW": fusekit.torch.AdamW,
     "Adam": fusekit.torch.Adam,
     "AdamW8bit": fusekit.torch.AdamW8bit,

@@ -26,6 +26,7 @@ import torch  # noqa: F401  (this module is the torch face: torch must be import
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (never imported at run time)
     from ._adam8bit import Adam8bit, AdamW8bit
     from ._adamw import Adam, AdamW
+    from ._base import StepStats
     from ._sparse_adam import LazyAdam, SparseAdam, SparseAdamStats
     from ._sparse_adam8bit import SparseAdam8bit
 

@@ -22,7 +22,7 @@ import torch
 
 import fusekit
 
-from ._base import (FusekitOptimizer, Hyper, StepStats, check_dense_param, dense_work,
+from ._base import (LR, Betas, FusekitOptimizer, Hyper, StepStats, check_dense_param, dense_work,
                     run_closure, step_value, tensor_key)
 from ._dtensor import block_layout, blocks_dtensor, is_dtensor, like_param, local
 from ._memory import HUGE_PAGE_BYTES, advise_hugepages, zeros_hugepage
@@ -39,7 +39,7 @@ _BNB_WRAP_KEY = "__bnb_optimizer_quant_state__"
 class _Adam8bitBase(FusekitOptimizer):
     _OPTIONS = ("hugepages", "optim_bits", "min_8bit_size", "is_paged", "args")
 
-    def __init__(self, params: Any, lr: Any, betas: Any, eps: float, weight_decay: float,
+    def __init__(self, params: Any, lr: LR, betas: Betas, eps: float, weight_decay: float,
                  amsgrad: bool, optim_bits: int, args: Any, min_8bit_size: int, is_paged: bool,
                  percentile_clipping: int, block_wise: bool, hugepages: bool) -> None:
         name = self._prefix()
@@ -129,7 +129,8 @@ class _Adam8bitBase(FusekitOptimizer):
         """A zero state tensor of the optimizer's own, sharded as the parameter is."""
         if key.startswith("absmax"):
             shape, shards = self._absmax_layout(p)
-            return blocks_dtensor(p, self._zeros(shape, torch.float32), shards)
+            return blocks_dtensor(p, self._zeros(shape, torch.float32),
+                                  shards if shards is not None else 1)
         return like_param(p, self._zeros(tuple(local(p).shape), dtype))
 
     def _init_state(self, p: torch.Tensor) -> None:
@@ -160,6 +161,7 @@ class _Adam8bitBase(FusekitOptimizer):
             state = self.state[p]
             if len(state) == 0:
                 self._init_state(p)
+            assert p.grad is not None  # dense_work gives the parameters that have one
             var, g = local(p), local(p.grad)  # a DTensor's local shard
             if g.dtype != var.dtype:
                 # A gradient of another dtype (torch's Tensor.grad_dtype, e.g. float32 gradients of
@@ -312,7 +314,7 @@ class AdamW8bit(_Adam8bitBase):
     for float32 state).
     """
 
-    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
+    def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, amsgrad: bool = False, optim_bits: int = 8,
                  args: Optional[Any] = None, min_8bit_size: int = 4096, is_paged: bool = False,
                  *, percentile_clipping: int = 100, block_wise: bool = True,
@@ -326,7 +328,7 @@ class Adam8bit(_Adam8bitBase):
     default. A weight decay > 0 is decoupled (multiplies the parameter by ``1 - lr *
     weight_decay``), as bitsandbytes' Adam8bit does, not torch.optim.Adam's L2 term."""
 
-    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
+    def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, optim_bits: int = 8,
                  args: Optional[Any] = None, min_8bit_size: int = 4096, is_paged: bool = False,
                  *, percentile_clipping: int = 100, block_wise: bool = True,

@@ -30,7 +30,7 @@ import torch
 
 import fusekit
 
-from ._base import (FusekitOptimizer, Hyper, StepStats, check_dense_param, checked_moment,
+from ._base import (LR, Betas, FusekitOptimizer, Hyper, StepStats, check_dense_param, checked_moment,
                     dense_work, run_closure, step_value)
 from ._dtensor import like_param
 from ._dtensor import local as _local
@@ -50,7 +50,7 @@ class _AdamBase(FusekitOptimizer):
     _TORCH_NAME = "Adam"  # torch.optim.AdamW is an Adam: its messages say "Adam"
     _DECOUPLED = True  # AdamW: p *= 1 - lr * wd first; Adam: g += wd * p (torch's L2 term)
 
-    def __init__(self, params: Any, lr: Any, betas: Any, eps: float, weight_decay: float,
+    def __init__(self, params: Any, lr: LR, betas: Betas, eps: float, weight_decay: float,
                  amsgrad: bool, maximize: bool, foreach: Optional[bool], capturable: bool,
                  differentiable: bool, fused: Optional[bool], hugepages: bool,
                  extra: Optional[Dict[str, Any]] = None) -> None:
@@ -144,6 +144,7 @@ class _AdamBase(FusekitOptimizer):
 
     def _step_one(self, p: torch.Tensor, state: Dict[str, Any], hp: Hyper, maximize: bool,
                   decoupled: bool) -> int:
+        assert p.grad is not None  # dense_work gives the parameters that have one
         var, g = _local(p), _local(p.grad)
         m, v = _local(state["exp_avg"]), _local(state["exp_avg_sq"])
         if g.dtype != var.dtype:
@@ -178,7 +179,7 @@ class AdamW(_AdamBase):
 
     _DECOUPLED = True
 
-    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999),
+    def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
                  maximize: bool = False, foreach: Optional[bool] = None,
                  capturable: bool = False, differentiable: bool = False,
@@ -194,7 +195,7 @@ class Adam(_AdamBase):
 
     _DECOUPLED = False
 
-    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999),
+    def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
                  foreach: Optional[bool] = None, maximize: bool = False,
                  capturable: bool = False, differentiable: bool = False,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from itertools import chain
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -41,12 +41,16 @@ from ._plans import PlanCache
 EPS_MIN = float(np.float32(2.0 ** -114))
 DENSE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+#: The types the constructors take for lr and betas (as torch's: numbers or one-element tensors).
+LR = Union[float, torch.Tensor]
+Betas = Tuple[Union[float, torch.Tensor], Union[float, torch.Tensor]]
+
 
 class StepStats(NamedTuple):
     """What one parameter's step did in a dense optimizer (an entry of ``last_stats``)."""
 
     group: int  # index of the param group
-    index: int  # position of the parameter in group["params"]
+    index: int  # type: ignore[assignment]  # position in group["params"] (shadows tuple.index)
     elements_skipped_nonfinite: int  # float32 state: elements the non-finite guard left unchanged
     blocks_skipped_nonfinite: int  # 8-bit state: blocks of 256 left unchanged
 
@@ -283,8 +287,8 @@ class FusekitOptimizer(torch.optim.Optimizer):
             self._optimizer_load_state_dict_post_hooks = post_hooks
         for p, s in owned.items():
             self.state[p].update(s)
-        for hook in list(post_hooks.values()):
-            hook(self)
+        for post_hook in list(post_hooks.values()):
+            post_hook(self)
 
     def _split_loaded_state(self, p: torch.Tensor, v: Dict[str, Any],
                             fail: Callable[[str], Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -337,7 +341,7 @@ def check_dense_grad(prefix: str, torch_name: str, label: str, p: torch.Tensor,
 
 class DenseWork(NamedTuple):
     group: int
-    index: int
+    index: int  # type: ignore[assignment]  # position in group["params"]
     param: torch.Tensor
     hyper: Hyper
     options: Dict[str, Any]  # the group itself, for per-group flags (maximize, ...)

@@ -5,7 +5,7 @@ again."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Hashable
+from typing import Any, Dict, Hashable, Sequence
 
 import fusekit
 
@@ -20,8 +20,8 @@ class PlanCache:
     def __init__(self) -> None:
         self._plans: Dict[Any, Any] = {}
 
-    def run(self, owner: int, plan_type, tensors, attrs: Dict[str, Any], key: Hashable,
-            step: int = 0, lr: float = 0.0):
+    def run(self, owner: int, plan_type: Any, tensors: Sequence[Any], attrs: Dict[str, Any],
+            key: Hashable, step: int = 0, lr: float = 0.0) -> Any:
         slot = (owner, plan_type)
         entry = self._plans.get(slot)
         if entry is not None and entry[0] == key:

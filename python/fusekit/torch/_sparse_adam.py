@@ -16,7 +16,7 @@ import torch
 
 import fusekit
 
-from ._base import FusekitOptimizer, Hyper, run_closure, step_value
+from ._base import LR, Betas, FusekitOptimizer, Hyper, run_closure, step_value
 from ._dtensor import refuse_sharded_table
 from ._memory import advise_hugepages, empty_hugepage, zeros_hugepage
 
@@ -31,7 +31,7 @@ class SparseAdamStats(NamedTuple):
     """What one parameter's step did (one entry of :attr:`SparseAdam.last_stats`)."""
 
     group: int  # index of the param group
-    index: int  # position of the parameter in group["params"]
+    index: int  # type: ignore[assignment]  # position in group["params"] (shadows tuple.index)
     rows_updated: int  # distinct rows written
     rows_skipped_nonfinite: int  # distinct rows left unchanged: their summed gradient had NaN/Inf
     indices_padding: int  # negative indices, ignored
@@ -58,8 +58,8 @@ class _Work(NamedTuple):
     """One parameter's step, prepared and checked before anything is written."""
 
     group: int
-    index: int
-    param: torch.nn.Parameter
+    index: int  # type: ignore[assignment]  # position in group["params"]
+    param: torch.Tensor
     indices: Optional[torch.Tensor]  # int64 [N] (None: empty gradient)
     values: Optional[torch.Tensor]  # float32 [N, D]
     rows: int
@@ -96,7 +96,7 @@ class SparseAdam(FusekitOptimizer):
             :meth:`step`, in the order of the groups.
     """
 
-    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
+    def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
                  maximize: bool = False, *, hugepages: bool = True) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "maximize": maximize}
         super().__init__(params, defaults, hugepages=hugepages)
@@ -165,6 +165,7 @@ class SparseAdam(FusekitOptimizer):
     # ---- the step -------------------------------------------------------------------------------
     def _prepare(self, gi: int, pi: int, group: Dict[str, Any], p: torch.Tensor) -> _Work:
         grad = p.grad
+        assert grad is not None  # step() prepares the parameters that have one
         if not grad.is_sparse:
             raise RuntimeError(f"{self._prefix()}: {_DENSE_MESSAGE}")
         self._check_param(gi, pi, group, p)
@@ -229,6 +230,7 @@ class SparseAdam(FusekitOptimizer):
             # parameter: 0.1 ms for 564k indices, under 1% of such a step). A single parameter
             # stepped again relies on the operator's own check.
             for w in todo:
+                assert w.indices is not None
                 top = int(w.indices.numpy().max())  # NumPy: no thread pool to wake
                 if top >= w.rows:
                     raise _error(f"{self._prefix()}: the gradient of "
@@ -255,6 +257,7 @@ class SparseAdam(FusekitOptimizer):
                 bias_correction1 = 1 - hp.beta1 ** step
                 bias_correction2 = 1 - hp.beta2 ** step
                 step_size = hp.lr * math.sqrt(bias_correction2) / bias_correction1
+                assert w.values is not None
                 values = -w.values if maximize else w.values
                 st = self._step_param(w, state, values, step_size, hp)
                 state["step"] = step
@@ -305,6 +308,7 @@ class SparseAdam(FusekitOptimizer):
                 back.append((t, v))
             views.append(v)
         var, m, v = views
+        assert w.indices is not None
         attrs = dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps)
         st = self._plans.run(id(w.param), fusekit.LazyAdamPlan, (values, w.indices, m, v, var),
                              attrs, (hp.beta1, hp.beta2, hp.eps, values.shape[0],

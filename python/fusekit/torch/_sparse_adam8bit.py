@@ -31,7 +31,7 @@ import torch
 
 import fusekit
 
-from ._base import Hyper, step_value, tensor_key
+from ._base import LR, Betas, Hyper, step_value, tensor_key
 from ._sparse_adam import _DENSE_MESSAGE, SparseAdam, _rows, _Work
 
 __all__ = ["SparseAdam8bit"]
@@ -79,7 +79,7 @@ class SparseAdam8bit(SparseAdam):
 
     _OPTIONS = ("hugepages", "min_8bit_size")
 
-    def __init__(self, params: Any, lr: Any = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
+    def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
                  maximize: bool = False, *, min_8bit_size: int = 4096,
                  hugepages: bool = True) -> None:
         if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
@@ -241,6 +241,7 @@ class SparseAdam8bit(SparseAdam):
         if not self._is_8bit(p):
             return super()._prepare(gi, pi, group, p)  # SparseAdam's, float32
         grad = p.grad
+        assert grad is not None  # step() prepares the parameters that have one
         if not grad.is_sparse:
             raise RuntimeError(f"{self._prefix()}: {_DENSE_MESSAGE}")
         self._check_param(gi, pi, group, p)
@@ -292,6 +293,7 @@ class SparseAdam8bit(SparseAdam):
                 back.append((t, v))
             views.append(v)
         var, m, v, am, av = views
+        assert w.indices is not None
         attrs = dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps)
         st = self._plans.run(id(w.param), fusekit.LazyAdamQuantPlan,
                              (values, w.indices, m, v, var, state["qmap1"], state["qmap2"], am, av),
