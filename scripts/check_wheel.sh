@@ -12,7 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 hide=1
 if [ "${1:-}" = --no-hide ]; then hide=0; shift; fi
-[ $# = 1 ] && [ -f "$1" ] || { echo "usage: scripts/check_wheel.sh [--no-hide] WHEEL" >&2; exit 2; }
+if [ $# != 1 ] || [ ! -f "$1" ]; then
+  echo "usage: scripts/check_wheel.sh [--no-hide] WHEEL" >&2
+  exit 2
+fi
 wheel=$(realpath "$1")
 root=$PWD
 base=${FUSEKIT_BASE_PYTHON:-python3}
