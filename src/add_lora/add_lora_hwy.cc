@@ -573,13 +573,19 @@ struct Driver {
           HWY_UNROLL(16)
           for (size_t c = 0; c < kN; ++c) v[c] = LoadWide(d, src + static_cast<int64_t>(c) * bs);
         } else {
-          for (size_t c = 0; c < kN; ++c, src += bs) {
+          // Only columns that exist get an address: stepping a pointer by bs past the last column
+          // (c >= jn) would leave weightB, and wrap around the address space where H2 = 1 and
+          // its unused row stride is huge (undefined behaviour, even unread).
+          for (size_t c = 0; c < kN; ++c) {
             if (static_cast<int64_t>(c) >= jn) {
               v[c] = hn::Zero(d);
-            } else if (rn == N) {
-              v[c] = LoadWide(d, src);
+              continue;
+            }
+            const T *col = src + static_cast<int64_t>(c) * bs;
+            if (rn == N) {
+              v[c] = LoadWide(d, col);
             } else {
-              for (int64_t i = 0; i < N; ++i) part[i] = i < rn ? to_float(src[i]) : 0.0f;
+              for (int64_t i = 0; i < N; ++i) part[i] = i < rn ? to_float(col[i]) : 0.0f;
               v[c] = hn::Load(d, part);
             }
           }

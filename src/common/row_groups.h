@@ -107,6 +107,20 @@ void set_row_step_args(const Problem &p, float lr, const RowEntries &e, int64_t 
   a->prefetch_ahead = prefetch_ahead;
 }
 
+// Whether the bytes a 2-D table [rows, cols] (or a gradient) reaches from its data pointer,
+// ((rows - 1) * row stride + cols) * element size, overflow 64 bits; sizes and the row stride are
+// >= 0 (checked before). Only that span counts: a one-row table never steps by its row stride, so
+// any row stride is valid for it (2^62 - 1 included), while a table whose span overflows cannot
+// exist. Within the span, the kernels' row offsets r * stride (0 <= r < rows) cannot overflow;
+// the kernels form them for rows that exist only (a padding entry's row R is never addressed).
+inline bool row_table_span_overflows(const TensorView &t) {
+  if (t.shape[0] == 0 || t.shape[1] == 0) return false;  // nothing is addressed
+  const auto es = static_cast<int64_t>(std::max<size_t>(dtype_size(t.dtype), 1));
+  int64_t span = 0;
+  return __builtin_mul_overflow(t.shape[0] - 1, t.strides[0], &span) ||
+         __builtin_add_overflow(span, t.shape[1], &span) || __builtin_mul_overflow(span, es, &span);
+}
+
 // Tests only: plans made after this use the duplicate bitmap up to `bytes` (default 64 MiB, or 8
 // bytes per index if more); a negative value disables it, so every batch is grouped by sorting.
 void set_row_groups_bitmap_limit_for_testing(int64_t bytes);

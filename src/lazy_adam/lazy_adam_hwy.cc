@@ -78,7 +78,12 @@ int64_t LazyAdamRows(const LazyAdamRowsArgs &a, int64_t begin, int64_t end, floa
   int64_t skipped = 0;
   int64_t k = begin;
   while (k < end) {
-    if (k + ahead < end) {
+    // Only the rows of a table row that exists: a padding entry's row is R, one past the table,
+    // and R * stride lies outside the tables (a one-row table may have any row stride, even
+    // 2^62 - 1, since it never steps by it: forming m + 1 * stride would wrap around the address
+    // space, undefined behaviour even unread). For r < R, r * stride is within the table, whose
+    // extent the plan checked (lazy_adam_plan.cc).
+    if (k + ahead < end && (a.entries[k + ahead] >> 32) < a.row_limit) {
       const uint64_t e = a.entries[k + ahead];
       const auto r = static_cast<int64_t>(e >> 32);
       PrefetchRow(a.grad + static_cast<int64_t>(e & 0xffffffffu) * a.grad_stride, D);

@@ -10,6 +10,7 @@
 
 #include "common/adam_update.h"
 #include "common/plan.h"
+#include "common/row_groups.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/lazy_adam.h"
@@ -34,11 +35,14 @@ Status check_float_table(const TensorView &t, const char *name) {
                                    " must have a contiguous last dimension, got strides [",
                                    t.strides[0], ", ", t.strides[1], "]"));
   }
+  if (t.shape[0] < 0 || t.shape[1] < 0) {
+    return Status::Invalid(
+        str_cat(kOp, ": ", name, " has a negative size in shape ", t.shape_string()));
+  }
   if (t.strides[0] < 0) {
     return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
   }
-  int64_t extent = 0;
-  if (__builtin_mul_overflow(t.shape[0], std::max<int64_t>(t.strides[0], t.shape[1]), &extent)) {
+  if (row_table_span_overflows(t)) {  // (a one-row table may have any row stride)
     return Status::Invalid(
         str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }

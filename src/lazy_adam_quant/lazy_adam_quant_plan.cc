@@ -13,6 +13,7 @@
 #include "common/adam_update.h"
 #include "common/plan.h"
 #include "common/quant_run_tables.h"
+#include "common/row_groups.h"
 #include "common/str_cat.h"
 #include "common/verbose.h"
 #include "fusekit/lazy_adam_quant.h"
@@ -45,10 +46,7 @@ Status check_matrix(const TensorView &t, const char *name, bool written) {
   if (t.strides[0] < 0) {
     return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
   }
-  int64_t extent = 0;
-  if (__builtin_mul_overflow(t.shape[0], std::max<int64_t>(t.strides[0], t.shape[1]), &extent) ||
-      __builtin_mul_overflow(extent, static_cast<int64_t>(std::max<size_t>(dtype_size(t.dtype), 1)),
-                             &extent)) {
+  if (row_table_span_overflows(t)) {  // (a one-row table may have any row stride)
     return Status::Invalid(
         str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }

@@ -200,6 +200,38 @@ TEST(AdamW, EverySimdTarget) {
   }
 }
 
+// Dimensions of size 1 may have any stride (nothing steps by it): var, grad, m and v of shape
+// [1, n, 1] with strides 2^61 or 2^62 - 1 on both size-1 dimensions are contiguous, and no address
+// is formed from those strides (UBSan would report one in the sanitizer builds). Every
+// implementation and SIMD target, the oracle's bits.
+TEST(AdamW, HugeStridesOfSizeOneDimensionsAreNeverStepped) {
+  const int64_t n = 77;
+  const State start = make_state(35, DType::kBFloat16, n);
+  Hyper h;
+  h.wd = 0.1;
+  State want = start;
+  oracle_step(want, h);
+  for (const int64_t huge : {int64_t{1} << 61, (int64_t{1} << 62) - 1}) {
+    SCOPED_TRACE(huge);
+    auto check = [&](const char *impl) {
+      State got = start;
+      auto view = [&](void *p, DType t) {
+        return TensorView::strided(p, t, {1, n, 1}, {huge, 1, huge});
+      };
+      AdamWOptions o = options_of(h);
+      o.implementation = impl;
+      ASSERT_TRUE(fusekit::adam_w_step(view(got.var.data(), DType::kBFloat16),
+                                       view(got.grad.data(), DType::kBFloat16),
+                                       view(got.m.data(), DType::kFloat32),
+                                       view(got.v.data(), DType::kFloat32), h.step, lr_of(h), o)
+                      .ok());
+      expect_same(got, want);
+    };
+    for (const std::string &impl : supported_implementations()) check(impl.c_str());
+    fusekit::testing::for_each_simd_target([&](const char *) { check("cpu_hwy"); });
+  }
+}
+
 // ---- the decay before the update (WeightDecayOrder::kBeforeUpdate) ------------------------------
 
 // torch.optim.AdamW's step (torch/optim/adamw.py, the single-tensor path), in float64 on the

@@ -1226,5 +1226,50 @@ TEST(AddLoraEdges, MisalignedPointersAreRefused) {
   }
 }
 
+// Dimensions of size 1 may have any stride (nothing steps by it), even 2^61 or 2^62 - 1 elements:
+// weightB of one adapter, one layer and one output column (W = L = H2 = 1), weightA of one adapter
+// and layer, y and out of one column, with such strides on every size-1 dimension. The decode
+// expand stepped a pointer into weightB by its H2 stride for every lane of a vector, past the one
+// column that exists (an address outside weightB, wrapping around the address space at these
+// strides: undefined behaviour, which UBSan reports in the sanitizer builds). Every
+// implementation, SIMD target and dtype, in place and not, against the float64 oracle.
+TEST(AddLoraEdges, HugeStridesOfSizeOneDimensionsFormNoAddressOutsideTheTensors) {
+  for (const int64_t huge : {int64_t{1} << 61, (int64_t{1} << 62) - 1}) {
+    SCOPED_TRACE(huge);
+    fusekit::testing::for_each_simd_target([&](const char *target) {
+      for (DType dt : kDtypes) {
+        for (const KernelPath &k : kernels()) {
+          for (bool in_place : {false, true}) {
+            Problem p;
+            p.dt = dt;
+            p.B = 5;
+            p.H1 = 8;
+            p.H2 = p.H3 = 1;
+            p.R = 4;
+            p.W = p.L = 1;
+            p.in_place = in_place;
+            p.indices = {0, -1, 0, 0, 1};  // 1 = W: no adapter
+            p.seed = 1300;
+            Data d = make(p);
+            const TensorView vb =
+                TensorView::strided(d.wb.data(), dt, {1, 1, 1, p.R}, {huge, huge, huge, 1});
+            const TensorView va =
+                TensorView::strided(d.wa.data(), dt, {1, 1, p.R, p.H1}, {huge, huge, p.H1, 1});
+            const TensorView vy = TensorView::strided(d.y.data(), dt, {p.B, 1}, {d.ys, huge});
+            const TensorView vo =
+                in_place ? vy : TensorView::strided(d.out.data(), dt, {p.B, 1}, {d.os, huge});
+            const std::string label = std::string(target) + " " + dtype_name(dt) + " " + k.name +
+                                      (in_place ? " in place" : "");
+            SCOPED_TRACE(label);
+            const Status st = add_lora(vy, d.vx, vb, d.vi, va, vo, options_for(p, k));
+            ASSERT_TRUE(st.ok()) << st.message();
+            EXPECT_EQ(check(d, label.c_str()), 0);
+          }
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace fusekit

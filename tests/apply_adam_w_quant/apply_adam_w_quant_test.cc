@@ -989,6 +989,67 @@ TEST(Step, StridedViews) {
   }
 }
 
+// Dimensions of size 1 may have any stride (nothing steps by it), even 2^61 or 2^62 - 1: var,
+// grad, m and v of shape [1, 200, 1] with such strides on both size-1 dimensions, contiguous
+// (stride 1: the kernels' path) or every other element (stride 2: each block gathered), and absmax
+// of one block with such a stride. No address may be formed from those strides (UBSan reports
+// one in the sanitizer builds). Every implementation and SIMD target, against the oracle.
+TEST(Step, HugeStridesOfSizeOneDimensionsFormNoAddressOutsideTheTensors) {
+  const int64_t n = 200;
+  const State start = make_state(16, DType::kFloat32, n, fusekit::create_dynamic_map(true),
+                                 fusekit::create_dynamic_map(false));
+  State want = start;
+  Hyper h;
+  h.wd = 0.01;
+  EXPECT_EQ(oracle_step(want, h), 0);
+  for (const int64_t huge : {int64_t{1} << 61, (int64_t{1} << 62) - 1}) {
+    for (const int64_t step : {int64_t{1}, int64_t{2}}) {
+      SCOPED_TRACE(::testing::Message() << "stride " << huge << ", elements " << step << " apart");
+      auto check = [&](const Way &w) {
+        SCOPED_TRACE(way_name(w));
+        std::vector<float> var(static_cast<size_t>(n * step), 7.0f), grad(var.size(), 7.0f);
+        std::vector<uint8_t> m(var.size(), 9), v(var.size(), 9);
+        for (int64_t i = 0; i < n; ++i) {
+          const auto d = static_cast<size_t>(i), sidx = static_cast<size_t>(i * step);
+          var[sidx] = start.var.f32[d];
+          grad[sidx] = start.grad.f32[d];
+          m[sidx] = start.m[d];
+          v[sidx] = start.v[d];
+        }
+        State got = start;
+        auto view = [&](void *p, DType t) {
+          return TensorView::strided(p, t, {1, n, 1}, {huge, step, huge});
+        };
+        ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
+                        view(var.data(), DType::kFloat32), view(grad.data(), DType::kFloat32),
+                        view(m.data(), DType::kUInt8), view(v.data(), DType::kUInt8),
+                        TensorView::of(got.qm.data(), {256}), TensorView::of(got.qv.data(), {256}),
+                        TensorView::strided(got.absmax_m.data(), DType::kFloat32, {1}, {huge}),
+                        TensorView::strided(got.absmax_v.data(), DType::kFloat32, {1}, {huge}),
+                        h.step, lr_of(h), options_of(h, w))
+                        .ok());
+        for (int64_t i = 0; i < n * step; ++i) {
+          const auto sidx = static_cast<size_t>(i);
+          if (i % step != 0) {
+            ASSERT_EQ(var[sidx], 7.0f);
+            ASSERT_EQ(m[sidx], 9);
+            continue;
+          }
+          const auto d = static_cast<size_t>(i / step);
+          got.var.f32[d] = var[sidx];
+          got.m[d] = m[sidx];
+          got.v[d] = v[sidx];
+        }
+        expect_same(got, want);
+      };
+      for (const Way &w : ways()) check(w);
+      fusekit::testing::for_each_simd_target([&](const char *) {
+        for (const Way &w : kHwySearches) check(w);
+      });
+    }
+  }
+}
+
 // Normalized values on and around every decision point, through the kernels: beta1 = beta2 = 0
 // makes m = g and v = g * g, and one element of 3 makes absmax_m = 3, so m / absmax lands within an
 // ulp or two of each midpoint of the map (where m * (1 / 3) and m / 3 can round differently).

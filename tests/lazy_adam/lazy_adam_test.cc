@@ -834,6 +834,105 @@ TEST(LazyAdamEdges, ZeroColumnsIsANoOpEvenWithoutTableData) {
   EXPECT_NE(s.message().find("indices[1] = 5"), std::string::npos) << s.message();
 }
 
+// Found by fuzzing the aclnn face (UBSan, pointer overflow): tables of one row with a row stride
+// of 2^62 - 1 are valid (a one-row table never steps by its row stride), but cpu_hwy prefetched
+// the table rows of padding entries (row R = 1) at m + 1 * stride, an address that wraps around.
+// Every implementation on every SIMD target, 30 int32 indices, all but one padding; the
+// sanitizer builds (scripts/test.sh --sanitize, --clang-sanitize) run it with UBSan, which
+// reports the pointer overflow. The result is the oracle's (the same data at row stride 36).
+// Strides: 2^62 - 1 (the fuzzer's: 4 bytes short of 2^64, which clang's check sees and GCC's,
+// comparing the wrapped offset -4 with the result, does not) and 2^61, 2^61 + 1 (2^63 bytes and
+// more: both see those).
+class LazyAdamHugeRowStride : public ::testing::TestWithParam<int64_t> {};
+TEST_P(LazyAdamHugeRowStride, AOneRowTableFormsNoAddressOutsideIt) {
+  const int64_t n = 30, dim = 36, huge = GetParam();
+  Problem start = make_problem(320, 1, n, dim);
+  // One index names the row, the others are padding: no row repeats, so the entries stay in
+  // batch order with the padding among them (a repeated row would sort the padding last, out of
+  // the kernel's walk).
+  for (int64_t i = 0; i < n; ++i) start.idx[static_cast<size_t>(i)] = i == 20 ? 0 : -1 - i % 4;
+  Problem want = start;
+  const OracleResult expected = oracle(want);
+  EXPECT_EQ(expected.updated, 1);
+  EXPECT_EQ(expected.padding, n - 1);
+  std::vector<int32_t> idx32(start.idx.begin(), start.idx.end());
+  auto check = [&](const char *impl) {
+    SCOPED_TRACE(impl);
+    Problem got = start;
+    auto one_row = [&](Table &t) {
+      return TensorView::strided(t.data.data(), DType::kFloat32, {1, dim}, {huge, 1});
+    };
+    LazyAdamOptions o;
+    o.beta1 = got.beta1;
+    o.beta2 = got.beta2;
+    o.epsilon = got.eps;
+    o.implementation = impl;
+    LazyAdamStats stats;
+    ASSERT_TRUE(fusekit::lazy_adam_step(TensorView::of(got.grad.data(), {n, dim}),
+                                        TensorView::of(idx32.data(), {n}), one_row(got.m),
+                                        one_row(got.v), one_row(got.var), got.lr, o, &stats)
+                    .ok());
+    expect_tables_equal(got, want);
+    EXPECT_EQ(stats.rows_updated, 1);
+    EXPECT_EQ(stats.indices_padding, n - 1);
+  };
+  for (const std::string &impl : fusekit::LazyAdam::implementations()) check(impl.c_str());
+  fusekit::testing::for_each_simd_target([&](const char *) { check("cpu_hwy"); });
+
+  // The same through the aclnn face, as the fuzzer called it.
+  Problem got = start;
+  fusekit::testing::AclTensors acl;
+  const int64_t table_strides[2] = {huge, 1};
+  std::vector<int32_t> idx = idx32;
+  float lr = got.lr;
+  aclTensor *g = acl.make({n, dim}, ACL_FLOAT, got.grad.data());
+  aclTensor *i = acl.make({n}, ACL_INT32, idx.data());
+  aclTensor *m = acl.make({1, dim}, ACL_FLOAT, got.m.data.data(), table_strides);
+  aclTensor *v = acl.make({1, dim}, ACL_FLOAT, got.v.data.data(), table_strides);
+  aclTensor *var = acl.make({1, dim}, ACL_FLOAT, got.var.data.data(), table_strides);
+  aclTensor *lr_t = acl.make({1}, ACL_FLOAT, &lr);
+  ASSERT_NE(m, nullptr) << last_message();
+  ASSERT_EQ(fusekit::testing::both_phases(
+                [&](uint64_t *ws, aclOpExecutor **ex) {
+                  return aclnnLazyAdamGetWorkspaceSize(g, i, m, v, var, lr_t, got.beta1, got.beta2,
+                                                       got.eps, ws, ex);
+                },
+                aclnnLazyAdam),
+            ACLNN_SUCCESS)
+      << last_message();
+  expect_tables_equal(got, want);
+}
+INSTANTIATE_TEST_SUITE_P(OneRowTables, LazyAdamHugeRowStride,
+                         ::testing::Values((int64_t{1} << 62) - 1, int64_t{1} << 61,
+                                           (int64_t{1} << 61) + 1));
+
+// The span a table reaches, ((rows - 1) * row stride + columns) * 4 bytes, must fit in 64 bits: a
+// table of two rows 2^62 - 1 elements apart cannot exist (its second row would lie past 2^64
+// bytes) and is refused, naming it, with nothing written; one row at that stride is accepted
+// (above).
+TEST(LazyAdamEdges, ATableWhoseSpanOverflowsIsRefused) {
+  Problem p = make_problem(330, 2, 4, 36);
+  Problem before = p;
+  const int64_t huge = (int64_t{1} << 62) - 1;
+  for (int which = 0; which < 4; ++which) {
+    SCOPED_TRACE(which);
+    TensorView g = TensorView::of(p.grad.data(), {p.n, p.dim});
+    TensorView tables[3] = {p.m.view(), p.v.view(), p.var.view()};
+    TensorView &bad = which == 3 ? g : tables[which];
+    bad.strides[0] = huge;
+    const Status s = fusekit::lazy_adam_step(g, TensorView::of(p.idx.data(), {p.n}), tables[0],
+                                             tables[1], tables[2], p.lr, {}, nullptr);
+    const char *names[4] = {"inputM", "inputV", "inputVar", "gradient"};
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(
+        s.message().find(std::string(names[which]) + " of shape [" +
+                         std::to_string(which == 3 ? p.n : 2) + ", 36] overflows 64-bit sizes"),
+        std::string::npos)
+        << s.message();
+    expect_tables_equal(p, before);
+  }
+}
+
 TEST(LazyAdamEdges, MisalignedPointersAreRefused) {
   Problem p = make_problem(300, 20, 6, 8);
   Problem before = p;

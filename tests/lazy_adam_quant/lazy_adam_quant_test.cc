@@ -713,6 +713,50 @@ TEST(LazyAdamQuant, EmptyBatchAndZeroColumnsAreNoOps) {
   EXPECT_NE(s.message().find("indices[2] = 10"), std::string::npos) << s.message();
 }
 
+// Tables of one row may have any row stride (a one-row table never steps by it), even 2^61 or
+// 2^62 - 1: var, the codes and both absmax tables so, 30 indices of which one names the row and
+// the others are padding (no row repeats, so the padding stays in the kernels' walk, where the
+// prefetch ahead must not form the address of row R = 1: it would lie outside the tables and wrap
+// around the address space, which UBSan reports in the sanitizer builds). Every implementation
+// and SIMD target, D of 8 (the VBMI kernel's small rows), 36 and 300 (two absmax blocks), against
+// the oracle.
+TEST(LazyAdamQuant, AOneRowTableWithAHugeRowStrideFormsNoAddressOutsideIt) {
+  for (const int64_t huge : {int64_t{1} << 61, (int64_t{1} << 62) - 1}) {
+    for (const int64_t dim : {int64_t{8}, int64_t{36}, int64_t{300}}) {
+      for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "stride " << huge << " D " << dim << " " << fusekit::dtype_name(t));
+        Case start = make_case(340 + static_cast<uint64_t>(dim), {1, 30, dim}, t, t);
+        for (int64_t i = 0; i < start.n; ++i) {
+          start.idx[static_cast<size_t>(i)] = i == 17 ? 0 : -1 - i % 3;
+        }
+        Case want = start;
+        const OracleResult expected = oracle(want);
+        ASSERT_EQ(expected.updated, 1);
+        auto check = [&](const Way &w) {
+          SCOPED_TRACE(way_name(w));
+          Case got = start;
+          LazyAdamQuantTensors tt = got.tensors();
+          for (TensorView *x : {&tt.m, &tt.v, &tt.var, &tt.absmax_m, &tt.absmax_v}) {
+            x->strides[0] = huge;
+          }
+          LazyAdamQuantStats stats;
+          const Status st = fusekit::lazy_adam_quant_step(tt, got.lr, options_of(got, &w), &stats);
+          ASSERT_TRUE(st.ok()) << st.message();
+          expect_stats(stats, expected);
+          expect_same(got, want);
+        };
+        for (const Way &w : ways()) check(w);
+        fusekit::testing::for_each_simd_target([&](const char *) {
+          for (const Way &w : ways()) {
+            if (w.impl.rfind("cpu_hwy", 0) == 0) check(w);
+          }
+        });
+      }
+    }
+  }
+}
+
 // ================================================================================================
 // The plan: one problem, an implementation from the list, reused over many runs
 // ================================================================================================
