@@ -22,8 +22,8 @@ import torch
 
 import fusekit
 
-from ._base import (LR, Betas, FusekitOptimizer, Hyper, StepStats, check_dense_param, dense_work,
-                    run_closure, step_value, tensor_key)
+from ._base import (LR, Betas, Hyper, QuantStateOptimizer, StepStats, check_dense_param,
+                    dense_work, run_closure, step_value)
 from ._dtensor import block_layout, blocks_dtensor, is_dtensor, like_param, local
 from ._memory import HUGE_PAGE_BYTES, advise_hugepages, zeros_hugepage
 
@@ -36,7 +36,7 @@ _STATE_KEYS = ("step",) + _TENSOR_KEYS_8BIT
 _BNB_WRAP_KEY = "__bnb_optimizer_quant_state__"
 
 
-class _Adam8bitBase(FusekitOptimizer):
+class _Adam8bitBase(QuantStateOptimizer):
     _OPTIONS = ("hugepages", "optim_bits", "min_8bit_size", "is_paged", "args")
 
     def __init__(self, params: Any, lr: LR, betas: Betas, eps: float, weight_decay: float,
@@ -68,33 +68,14 @@ class _Adam8bitBase(FusekitOptimizer):
             raise ValueError(f"{name}: percentile_clipping={percentile_clipping!r} is not "
                              "supported (bitsandbytes 0.50 removed it too); clip gradients with "
                              "torch.nn.utils.clip_grad_norm_ before step()")
-        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
-                or min_8bit_size < 0:
-            raise ValueError(f"{name}: min_8bit_size must be an int >= 0, got {min_8bit_size!r}")
         self.optim_bits = int(optim_bits)
-        self.min_8bit_size = int(min_8bit_size)
+        self.min_8bit_size = self._check_min_8bit_size(min_8bit_size)
         self.is_paged = bool(is_paged)  # no effect on CPU (documented)
         self.args = args
         self._init_maps()
         defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=eps,
                         weight_decay=weight_decay)
         super().__init__(params, defaults, hugepages=hugepages)
-
-    def _init_maps(self) -> None:
-        qm = torch.from_numpy(fusekit.create_dynamic_map(True))
-        qv = torch.from_numpy(fusekit.create_dynamic_map(False))
-        # Maps shared by every 8-bit parameter's state (bytes -> tensor), the optimizer's own first.
-        self._maps = {tensor_key(qm): qm, tensor_key(qv): qv}
-        self._qmap_m, self._qmap_v = qm, qv
-
-    def _after_setstate(self) -> None:
-        if "_maps" not in self.__dict__:  # a copy or an unpickled optimizer
-            self._init_maps()
-        for st in self.state.values():  # the maps the states hold, shared again by bit pattern
-            for key in ("qmap1", "qmap2"):
-                t = st.get(key) if isinstance(st, dict) else None
-                if isinstance(t, torch.Tensor):
-                    st[key] = self._maps.setdefault(tensor_key(t), t)
 
     def _check_param(self, gi: int, pi: int, group: Dict[str, Any], p: torch.Tensor) -> None:
         check_dense_param(self._prefix(), self._label(gi, pi, p), p)
@@ -292,11 +273,7 @@ class _Adam8bitBase(FusekitOptimizer):
                 local(new).copy_(local(s[key]).detach().reshape(local(new).shape))
                 out[key] = new
             for key in ("qmap1", "qmap2"):
-                t = s[key].detach().cpu().reshape(-1).contiguous()
-                kb = tensor_key(t)
-                if kb not in self._maps:  # a map of another bit pattern (bitsandbytes' float32 map)
-                    self._maps[kb] = t.clone()
-                out[key] = self._maps[kb]
+                out[key] = self._shared_map(s[key])
         return out
 
 class AdamW8bit(_Adam8bitBase):

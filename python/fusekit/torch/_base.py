@@ -300,6 +300,45 @@ class FusekitOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
+class QuantStateOptimizer(FusekitOptimizer):
+    """What the 8-bit optimizers share: the dynamic maps (one tensor per bit pattern, shared by
+    every 8-bit state, again after copy, pickle or load) and the ``min_8bit_size`` rule."""
+
+    def _check_min_8bit_size(self, min_8bit_size: Any) -> int:
+        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
+                or min_8bit_size < 0:
+            raise ValueError(f"{self._prefix()}: min_8bit_size must be an int >= 0, got "
+                             f"{min_8bit_size!r}")
+        return int(min_8bit_size)
+
+    def _init_maps(self) -> None:
+        import fusekit  # the package's array-level helpers (no cycle: fusekit imports no torch)
+
+        qm = torch.from_numpy(fusekit.create_dynamic_map(True))
+        qv = torch.from_numpy(fusekit.create_dynamic_map(False))
+        self._qmap_m, self._qmap_v = qm, qv
+        # Maps shared by every 8-bit parameter's state (bytes -> tensor), the optimizer's own first.
+        self._maps = {tensor_key(qm): qm, tensor_key(qv): qv}
+
+    def _shared_map(self, t: torch.Tensor) -> torch.Tensor:
+        """The optimizer's tensor with ``t``'s bits (a map of another bit pattern, such as
+        bitsandbytes' float32 map, is copied and kept, shared from then on)."""
+        t = t.detach().cpu().reshape(-1).contiguous()
+        kb = tensor_key(t)
+        if kb not in self._maps:
+            self._maps[kb] = t.clone()
+        return self._maps[kb]
+
+    def _after_setstate(self) -> None:
+        if "_maps" not in self.__dict__:  # a copy or an unpickled optimizer
+            self._init_maps()
+        for st in self.state.values():  # the maps the states hold, shared again by bit pattern
+            for key in ("qmap1", "qmap2"):
+                t = st.get(key) if isinstance(st, dict) else None
+                if isinstance(t, torch.Tensor):
+                    st[key] = self._maps.setdefault(tensor_key(t), t)
+
+
 # ---- the dense optimizers' parameter and gradient checks -------------------------------------------
 
 

@@ -31,7 +31,7 @@ import torch
 
 import fusekit
 
-from ._base import LR, Betas, Hyper, step_value, tensor_key
+from ._base import LR, Betas, Hyper, QuantStateOptimizer, step_value
 from ._sparse_adam import _DENSE_MESSAGE, SparseAdam, _rows, _Work
 
 __all__ = ["SparseAdam8bit"]
@@ -49,7 +49,7 @@ def _layout(p: torch.Tensor) -> Tuple[int, int, int]:
     return rows, cols, (cols + BLOCK_SIZE - 1) // BLOCK_SIZE
 
 
-class SparseAdam8bit(SparseAdam):
+class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
     r"""``torch.optim.SparseAdam`` with 8-bit block-wise moments, on fusekit's LazyAdamQuant.
 
     Args:
@@ -82,29 +82,10 @@ class SparseAdam8bit(SparseAdam):
     def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
                  maximize: bool = False, *, min_8bit_size: int = 4096,
                  hugepages: bool = True) -> None:
-        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
-                or min_8bit_size < 0:
-            raise ValueError(f"{self._prefix()}: min_8bit_size must be an int >= 0, got "
-                             f"{min_8bit_size!r}")
-        self.min_8bit_size = int(min_8bit_size)
+        self.min_8bit_size = self._check_min_8bit_size(min_8bit_size)
         self._init_maps()
         super().__init__(params, lr=lr, betas=betas, eps=eps, maximize=maximize,
                          hugepages=hugepages)
-
-    def _init_maps(self) -> None:
-        qm = torch.from_numpy(fusekit.create_dynamic_map(True))
-        qv = torch.from_numpy(fusekit.create_dynamic_map(False))
-        self._qmap_m, self._qmap_v = qm, qv
-        self._maps = {tensor_key(qm): qm, tensor_key(qv): qv}  # bytes -> the one tensor shared
-
-    def _after_setstate(self) -> None:
-        if "_maps" not in self.__dict__:  # a copy or an unpickled optimizer
-            self._init_maps()
-        for st in self.state.values():  # the maps the states hold, shared again by bit pattern
-            for key in ("qmap1", "qmap2"):
-                t = st.get(key) if isinstance(st, dict) else None
-                if isinstance(t, torch.Tensor):
-                    st[key] = self._maps.setdefault(tensor_key(t), t)
 
     # ---- which path -----------------------------------------------------------------------------
     def _is_8bit(self, p: torch.Tensor) -> bool:
@@ -229,11 +210,7 @@ class SparseAdam8bit(SparseAdam):
         for key, dst in self._packed_8bit(p).items():  # whatever layout the saved one had
             out[key] = dst.copy_(s[key].detach().cpu().reshape(dst.shape))
         for key in ("qmap1", "qmap2"):
-            t = s[key].detach().cpu().reshape(-1).contiguous()
-            kb = tensor_key(t)
-            if kb not in self._maps:  # a map of another bit pattern: kept, shared from now on
-                self._maps[kb] = t.clone()
-            out[key] = self._maps[kb]
+            out[key] = self._shared_map(s[key])
         return out
 
     # ---- the step -------------------------------------------------------------------------------
