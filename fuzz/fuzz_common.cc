@@ -369,9 +369,19 @@ TensorSpec decode_tensor(Input &in, const char *name, const Nominal &nom, int in
         if (s.rank > 0) s.strides[d] = s.strides[d] > 0 ? s.strides[d] - 1 : 0;
         break;
       case 5: {
+        // huge < 128: dimension sdim gets kHugeStrides[huge]; 128 and up: every dimension of size
+        // 1 gets kShortDimStrides[huge] (valid: nothing steps by it; issue #31's finding).
+        static constexpr int64_t kShortDimStrides[] = {
+            (int64_t{1} << 62) - 1, int64_t{1} << 61, (int64_t{1} << 61) + 1,
+            int64_t{1} << 62,       kI64Max,          int64_t{1} << 40};
         const uint8_t h = in.u8(name, "huge");
-        if (s.rank > 0)
+        if (h >= 128) {
+          for (int i = 0; i < s.rank; ++i) {
+            if (s.dims[i] == 1) s.strides[i] = kShortDimStrides[h % 6];
+          }
+        } else if (s.rank > 0) {
           s.strides[d] = kHugeStrides[h % (sizeof(kHugeStrides) / sizeof(kHugeStrides[0]))];
+        }
         break;
       }
       case 6:  // the last two dimensions column-major
@@ -533,7 +543,10 @@ void fill_buffer(uint8_t *p, size_t bytes, int32_t acl, Fill kind, uint8_t mode,
       const int64_t same = static_cast<int64_t>(r.below(b));
       for (size_t i = 0; i < count; ++i) {
         int64_t v = static_cast<int64_t>(r.below(b));
-        switch (mode % 9) {
+        switch (mode % 10) {
+          case 9:  // padding but one (no row repeats: the padding stays in the kernels' walk)
+            v = i == count / 2 ? v : -1 - static_cast<int64_t>(r.below(4));
+            break;
           case 1:
             v = static_cast<int64_t>((count - 1 - i) % b);
             break;
@@ -566,7 +579,7 @@ void fill_buffer(uint8_t *p, size_t bytes, int32_t acl, Fill kind, uint8_t mode,
         }
         store_int(p + i * es, acl, v);
       }
-      if (mode % 9 == 3 && count > 0) {  // one index past the bound (R or W)
+      if (mode % 10 == 3 && count > 0) {  // one index past the bound (R or W)
         const int64_t top = acl == ACL_INT64 ? kI64Max : INT32_MAX;
         const int64_t bad[] = {bound, wrap_add(bound, 1), wrap_add(bound, 1000), top};
         store_int(p + r.below(count) * es, acl, bad[r.below(4)]);
