@@ -6,6 +6,7 @@
 // updated element is within the spec's bound of a float64 oracle computed here (one ulp of the
 // output type plus float32 accumulation error proportional to the sum of the absolute terms).
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "aclnnop/aclnn_add_lora.h"

@@ -7,6 +7,7 @@
 // the step produces"); and the result equals, bit for bit, the C++ API's reference implementation
 // run on copies of the inputs.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "aclnnop/aclnn_apply_adam_w_quant.h"

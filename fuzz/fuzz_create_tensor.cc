@@ -7,6 +7,7 @@
 // byte of tensorData; every operator's phase one given the tensor in every position returns a
 // documented status, with a message when it fails, writes nothing, and returns no executor when
 // it fails; aclDestroyTensor returns 0.
+#include <cstring>
 #include <vector>
 
 #include "fuzz_common.h"

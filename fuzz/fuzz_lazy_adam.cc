@@ -5,6 +5,7 @@
 // finite is left unchanged; and the result equals, bit for bit (any NaN for any NaN), the C++
 // API's reference implementation run on copies of the inputs.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -25,8 +26,11 @@ struct Case {
 };
 
 void decode_into(fz::Input &in, Case *c) {
-  const int64_t n = in.u8("N"), d = in.u8("D") % 64, rows = in.u8("R");
-  const uint8_t flags = in.u8("flags");  // bit 0: int64 indices; bit 1: indices [N, 1]
+  const int64_t n = in.u8("N"), d = in.u8("D") % 64;
+  int64_t rows = in.u8("R");
+  // flags: bit 0 int64 indices; bit 1 indices [N, 1]; bits 2-4 all set: a one-row table.
+  const uint8_t flags = in.u8("flags");
+  if ((flags & 0x1c) == 0x1c) rows = 1;
   c->t[kGrad] = fz::decode_tensor(in, "gradient", {ACL_FLOAT, 2, {n, d}}, kGrad);
   c->t[kIdx] = fz::decode_tensor(
       in, "indices", {(flags & 1) ? ACL_INT64 : ACL_INT32, (flags & 2) ? 2 : 1, {n, 1}}, kIdx);
@@ -180,6 +184,19 @@ std::vector<fz::Seed> seeds() {
       // Found by this fuzzer (an lr pointer that is not 4-byte aligned was loaded as a float,
       // a misaligned load), fixed in de516a6: scalar tensors are read at any alignment.
       {"regress_lr_misaligned", Expect::kSucceeds, with({{"lr.misalign", 241}})},
+      // Issue #31: one-row tables of row stride 2^62 - 1, 29 padding indices of 30; cpu_hwy
+      // prefetched row R = 1 at m + stride (a pointer overflow), fixed in the cxx branch.
+      {"regress_one_row_huge_stride", Expect::kSucceeds,
+       with({{"N", 30},
+             {"D", 36},
+             {"flags", 0x1c},
+             {"indices.fill", 9},
+             {"inputM.stride", fz::kStrideHuge},
+             {"inputM.huge", 128},
+             {"inputV.stride", fz::kStrideHuge},
+             {"inputV.huge", 128},
+             {"inputVar.stride", fz::kStrideHuge},
+             {"inputVar.huge", 128}})},
   };
 }
 

@@ -7,6 +7,7 @@
 // result equals, bit for bit (any NaN for any NaN), the C++ API's reference implementation run on
 // copies of the inputs.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
