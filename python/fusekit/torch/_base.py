@@ -86,6 +86,15 @@ class Hyper(NamedTuple):
     weight_decay: float
 
 
+def _number(what: str, x: Any, kind: str = "a number") -> float:
+    """``x`` as a float, or the ValueError naming ``what`` (``"{prefix}: Invalid ...: {x!r}{at}"``
+    without its tail) when it is not a number."""
+    try:
+        return scalar(x)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{what}; it must be {kind}") from None
+
+
 def check_hparams(prefix: str, group: Dict[str, Any], where: str = "") -> Hyper:
     """The one rule per hyperparameter (module docstring). ``where`` names the group in a step's
     messages. A group without ``weight_decay`` (the sparse optimizers') reads it as 0."""
@@ -93,11 +102,8 @@ def check_hparams(prefix: str, group: Dict[str, Any], where: str = "") -> Hyper:
     lr = group["lr"]
     if isinstance(lr, torch.Tensor) and lr.numel() != 1:
         raise ValueError(f"{prefix}: Tensor lr must be 1-element{at}, got shape {tuple(lr.shape)}")
-    try:
-        lr_f = scalar(lr)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{prefix}: Invalid learning rate: {lr!r}{at}; it must be a number or a "
-                         "one-element tensor") from None
+    lr_f = _number(f"{prefix}: Invalid learning rate: {lr!r}{at}", lr,
+                   "a number or a one-element tensor")
     if not (math.isfinite(lr_f) and lr_f >= 0.0):
         raise ValueError(f"{prefix}: Invalid learning rate: {lr}{at}; it must be finite and >= 0")
     betas = group["betas"]
@@ -107,32 +113,20 @@ def check_hparams(prefix: str, group: Dict[str, Any], where: str = "") -> Hyper:
         raise ValueError(f"{prefix}: betas must be either both floats or both Tensors{at}")
     b = []
     for i, beta in enumerate(betas):
-        try:
-            bf = scalar(beta)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"{prefix}: Invalid beta parameter at index {i}: {beta!r}{at}; it "
-                             "must be a number") from None
+        bf = _number(f"{prefix}: Invalid beta parameter at index {i}: {beta!r}{at}", beta)
         if not (0.0 <= bf < 1.0 and 0.0 <= f32(bf) < 1.0):
             raise ValueError(f"{prefix}: Invalid beta parameter at index {i}: {beta}{at}; it must "
                              "be in [0, 1), also after rounding to float32 (where fusekit "
                              "computes: 1.0 would freeze the moment)")
         b.append(bf)
     eps = group["eps"]
-    try:
-        eps_f = scalar(eps)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{prefix}: Invalid epsilon value: {eps!r}{at}; it must be a number") \
-            from None
+    eps_f = _number(f"{prefix}: Invalid epsilon value: {eps!r}{at}", eps)
     if not (math.isfinite(eps_f) and f32(eps_f) >= EPS_MIN):
         raise ValueError(f"{prefix}: Invalid epsilon value: {eps}{at}; it must be finite and >= "
                          "4.81482486e-35 (2^-114) in float32, so that eps * sqrt(1 - beta2^t) is "
                          "never 0")
     wd = group.get("weight_decay", 0.0)
-    try:
-        wd_f = scalar(wd)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{prefix}: Invalid weight_decay value: {wd!r}{at}; it must be a "
-                         "number") from None
+    wd_f = _number(f"{prefix}: Invalid weight_decay value: {wd!r}{at}", wd)
     if not (math.isfinite(wd_f) and wd_f >= 0.0):
         raise ValueError(f"{prefix}: Invalid weight_decay value: {wd}{at}; it must be finite and "
                          ">= 0")
