@@ -63,6 +63,13 @@ struct ApplyAdamWQuantOptions {
   double eps = 1e-8;  // >= 2^-114 (4.81482486e-35) in float32, else kInvalidArgument
   double gnorm_scale = 1.0;
   int64_t block_size = kAdamWQuantBlockSize;  // must be 256
+  // How m and v are kept (fusekit/quant_map.h; docs/fp8_state.md). kFp8: qmap_m and qmap_v are
+  // empty, absmax_m and absmax_v hold the blocks' scales.
+  QuantStateFormat state_format = QuantStateFormat::kDynamicMap;
+  // The lost-v guard (docs/fp8_state.md): a v whose code decodes to 0 while m's does not is taken
+  // as m * m before the update, so that the step is never m / eps. Off by default in the dynamic-
+  // map format (CANN's and bitsandbytes' arithmetic); always on in kFp8.
+  bool guard_lost_v = false;
   KernelChoice kernel = KernelChoice::kAuto;
   int num_threads = 0;  // 0: fusekit::num_threads() when the plan is made
   // A name from ApplyAdamWQuant::implementations(), or null: the kernel choice decides.
@@ -110,6 +117,8 @@ class ApplyAdamWQuantProblem {
   int64_t n = 0, blocks = 0;
   bool contiguous = true;  // var, grad, m and v all contiguous (else the gathering path)
   float beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm_scale = 0;
+  QuantStateFormat state_format = QuantStateFormat::kDynamicMap;
+  bool guard_lost_v = false;  // always true for kFp8
 };
 
 struct ApplyAdamWQuantOp;  // the operator as the plan layer sees it (apply_adam_w_quant_impl.h)

@@ -56,6 +56,12 @@ struct LazyAdamQuantOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-7;
+  // How m and v are kept (fusekit/quant_map.h; docs/fp8_state.md). kFp8: qmap_m and qmap_v are
+  // empty, absmax_m and absmax_v hold the blocks' scales.
+  QuantStateFormat state_format = QuantStateFormat::kDynamicMap;
+  // The lost-v guard (docs/fp8_state.md): off by default in the dynamic-map format, always on in
+  // kFp8.
+  bool guard_lost_v = false;
   KernelChoice kernel = KernelChoice::kAuto;
   const char *implementation = nullptr;  // a name from LazyAdamQuant::implementations(), or auto
   int num_threads = 0;                   // 0: fusekit::num_threads() when the plan is made
@@ -99,6 +105,8 @@ class LazyAdamQuantProblem {
   LazyAdamQuantTensors desc;
   int64_t n = 0, d = 0, rows = 0, blocks = 0;  // blocks: absmax blocks per row, ceil(d / 256)
   float beta1 = 0, beta2 = 0, epsilon = 0;
+  QuantStateFormat state_format = QuantStateFormat::kDynamicMap;
+  bool guard_lost_v = false;  // always true for kFp8
 };
 
 struct LazyAdamQuantOp;  // the operator as the plan layer sees it (lazy_adam_quant_impl.h)

@@ -13,6 +13,18 @@ namespace fusekit {
 // Entries in a quantization map.
 inline constexpr int kQuantMapSize = 256;
 
+// How an 8-bit optimizer (ApplyAdamWQuant, LazyAdamQuant) keeps m and v (docs/fp8_state.md):
+//   kDynamicMap  codes into the 256-entry maps qmap_m / qmap_v, one absmax per block of 256
+//                (bitsandbytes' format; the nearest code is found by a search). The default.
+//   kFp8         m as E4M3 (float8_e4m3fn) and sqrt(v) as UE4M4 (unsigned, 4 exponent and 4
+//                mantissa bits), coded by bit arithmetic, one float32 scale per block (the block's
+//                max / 448, resp. max sqrt(v) / 496) in the absmax tensors; no maps (the map
+//                tensors must be empty). The lost-v guard is always on.
+enum class QuantStateFormat : int { kDynamicMap = 0, kFp8 = 1 };
+
+// The format's name as the docs, the messages and the Python faces spell it ("dynamic_map", "fp8").
+FUSEKIT_API const char *quant_state_format_name(QuantStateFormat f);
+
 // The dynamic quantization map of bitsandbytes' create_dynamic_map: for each of
 // `max_exponent_bits` decades 10^(i - max_exponent_bits + 1), the midpoints of an even split of
 // [0.1, 1] (2^i of them per sign when signed, 2^(i+1) when unsigned), then 0 and 1.0, padded with

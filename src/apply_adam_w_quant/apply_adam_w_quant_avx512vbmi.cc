@@ -79,6 +79,7 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastBlocks(const AdamWQuantArgs &a, cons
       for (int k = 0; k < 4; ++k) {
         const int64_t j = j0 + 16 * k, i = lo + j;
         hn::Vec512<float> m{_mm512_mul_ps(qm[k], vscale_m)}, v{_mm512_mul_ps(qv[k], vscale_v)};
+        if (a.guard_lost_v) v = GuardLostV(m, v);
         const hn::Vec512<float> w =
             adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
         _mm512_store_ps(w_new + j, w.raw);

@@ -105,7 +105,12 @@ struct Kernel {
   // into kAdamWQuantPreparedBytes; or null.
   void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
 };
-Kernel kernel_of(QuantKernelKind kind, QuantSearch search) {
+Kernel kernel_of(QuantKernelKind kind, QuantSearch search, QuantStateFormat format) {
+  if (format == QuantStateFormat::kFp8) {  // no map: bit arithmetic, no tables
+    return {kind == QuantKernelKind::kReference ? &adam_w_quant_fp8_blocks_reference
+                                                : adam_w_quant_fp8_blocks_hwy(),
+            QuantSearch::kBinarySearch, nullptr};
+  }
   switch (kind) {
     case QuantKernelKind::kAvx512Vbmi:
       return {adam_w_quant_avx512vbmi().run, QuantSearch::kBinarySearch,
@@ -119,49 +124,55 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search) {
 
 // The CPU run, as common/quant_implementations.h's list asks for it.
 struct Cpu {
-  static const char *avx512vbmi_why_not(const ApplyAdamWQuantProblem & /*p*/) {
+  static const char *avx512vbmi_why_not(const ApplyAdamWQuantProblem &p) {
+    if (p.state_format == QuantStateFormat::kFp8) return kFp8NoMapKernel;
     return fusekit::avx512vbmi_why_not(adam_w_quant_avx512vbmi());
   }
 
   static bool wants_table(QuantSearch search, const ApplyAdamWQuantProblem &p) {
-    return quant_wants_table(search, p.n);
+    return p.state_format == QuantStateFormat::kDynamicMap && quant_wants_table(search, p.n);
   }
 
   static size_t workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/, bool with_table) {
-    return p.n == 0 ? 0 : layout_for(with_table).total;
+    // The FP8 format reads no map and builds no table: no workspace.
+    return p.n == 0 || p.state_format == QuantStateFormat::kFp8 ? 0 : layout_for(with_table).total;
   }
 
   static Status run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
                     const ApplyAdamWQuantTensors &t, const ApplyAdamWQuantScalars &scalars,
                     const RunContext &ctx, ApplyAdamWQuantStats *stats) {
-    const Kernel kernel = kernel_of(kind, search);
+    const Kernel kernel = kernel_of(kind, search, p.state_format);
     AdamScalars adam;
     FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(kOp, scalars, p, &adam));
     ApplyAdamWQuantStats &st = *stats;
     StageTimer &timer = *ctx.timer;
+    const bool fp8 = p.state_format == QuantStateFormat::kFp8;
 
-    // ---- check: both maps, read once ----
+    // ---- check: both maps, read once (the FP8 format has none) ----
     alignas(64) float maps[2][kQuantMapSize];
-    FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
+    if (!fp8) FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
     timer.stage("check");
     const int64_t n = p.n, blocks = p.blocks;
     if (n == 0) return Status::Ok();
 
     // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
-    QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kApplyAdamWQuant);
-    if (cache == nullptr) cache = ::new (ctx.workspace) QuantTableCache;
-    bool built = refresh_quant_tables(cache, maps, kernel.prepare);
     AdamWQuantArgs a;
-    a.map_m = cache->tables[0];
-    a.map_v = cache->tables[1];
-    a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-    if (wants_table(kernel.search, p)) {
-      const WorkspaceLayout w = layout_for(true);
-      build_quant_lut(&a.map_m, ctx.workspace + w.lut);
-      build_quant_lut(&a.map_v, ctx.workspace + w.lut + quant_lut_bytes());
-      built = true;
+    if (!fp8) {
+      QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kApplyAdamWQuant);
+      if (cache == nullptr) cache = ::new (ctx.workspace) QuantTableCache;
+      bool built = refresh_quant_tables(cache, maps, kernel.prepare);
+      a.map_m = cache->tables[0];
+      a.map_v = cache->tables[1];
+      a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
+      if (wants_table(kernel.search, p)) {
+        const WorkspaceLayout w = layout_for(true);
+        build_quant_lut(&a.map_m, ctx.workspace + w.lut);
+        build_quant_lut(&a.map_v, ctx.workspace + w.lut + quant_lut_bytes());
+        built = true;
+      }
+      timer.stage(built ? "tables" : "tables(cached)");
     }
-    timer.stage(built ? "tables" : "tables(cached)");
+    a.guard_lost_v = p.guard_lost_v;
 
     // ---- update ----
     static_cast<AdamScalars &>(a) = adam;

@@ -31,6 +31,7 @@
 
 #include <hwy/highway.h>
 
+#include "common/fp8_codes_hwy-inl.h"  // Fp8Value, Fp8Code: the FP8 state format
 #include "common/hwy_dtype-inl.h"
 #include "common/quant_codes_hwy-inl.h"  // Codes, BlockCodes, recip_ok: the nearest code
 
@@ -57,7 +58,46 @@ HWY_INLINE bool GuardedBlock(bool var_ok, float max_m, float max_v) {
   return var_ok && max_m < kInf && max_v < kInf;
 }
 
-template <typename T>
+// The FP8 format's store of a block whose guard held: var, the scales, the codes of m (E4M3) and
+// of sqrt(v) (UE4M4) from the buffers (common/fp8_codes.h's block rule; a zero block codes 0).
+template <class DF, class DI, class D8, typename T>
+HWY_INLINE void StoreFp8Block(DF df, DI di, D8 d8, const float *m_new, const float *s_new,
+                              float max_m, float max_s, int64_t len, T *var, const float *w_new,
+                              uint8_t *mc, uint8_t *vc, float *scale_m, float *scale_v) {
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t vec_len = len / N * N;
+  const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
+  const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_s);
+  *scale_m = sm.scale;
+  *scale_v = sv.scale;
+  const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
+  const auto zero = hn::Zero(di);
+  for (int64_t j = 0; j < vec_len; j += N) {
+    StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
+    const auto cm =
+        sm.inv == 0.0f ? zero : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m));
+    const auto cv =
+        sv.inv == 0.0f ? zero : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v));
+    hn::StoreU(hn::DemoteTo(d8, cm), d8, mc + j);
+    hn::StoreU(hn::DemoteTo(d8, cv), d8, vc + j);
+  }
+  for (int64_t j = vec_len; j < len; ++j) {
+    var[j] = from_float<T>(w_new[j]);
+    mc[j] = fp8_block_code<kE4M3>(m_new[j], sm);
+    vc[j] = fp8_block_code<kUE4M4>(s_new[j], sv);
+  }
+}
+
+// The lost-v guard on a vector (docs/fp8_state.md): v = m * m where v is 0 and m is not.
+template <class V>
+HWY_INLINE V GuardLostV(V m, V v) {
+  const auto zero = hn::Zero(hn::DFromV<V>());
+  return hn::IfThenElse(hn::AndNot(hn::Eq(m, zero), hn::Eq(v, zero)), hn::Mul(m, m), v);
+}
+
+// kFp8: the FP8 state format (docs/fp8_state.md): codes decoded and made by bit arithmetic, the
+// buffers keep m and sqrt(v). Else the dynamic maps (gathers and searches).
+template <typename T, bool kFp8 = false>
 int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -88,14 +128,23 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       const int64_t i = lo + j;
       const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
       const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
-      auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
-      auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
-      const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
+      hn::Vec<decltype(df)> m, v;
+      if constexpr (kFp8) {
+        m = hn::Mul(Fp8Value<kE4M3>(df, di, mc), vscale_m);
+        const auto sv = hn::Mul(Fp8Value<kUE4M4>(df, di, vc), vscale_v);
+        v = hn::Mul(sv, sv);
+      } else {
+        m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
+        v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
+      }
+      if (a.guard_lost_v) v = GuardLostV(m, v);
+      auto s = v;
+      const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i), &s);
       hn::Store(m, df, m_new + j);
-      hn::Store(v, df, v_new + j);
+      hn::Store(kFp8 ? s : v, df, v_new + j);
       hn::Store(w, df, w_new + j);
       acc_m = hn::Max(hn::Abs(m), acc_m);
-      acc_v = hn::Max(v, acc_v);
+      acc_v = hn::Max(kFp8 ? s : v, acc_v);
       acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
     }
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
@@ -107,10 +156,19 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     }
     for (int64_t j = vec_len; j < len; ++j) {
       const int64_t i = lo + j;
-      float m = a.map_m.q[a.m[i]] * scale_m;
-      float v = a.map_v.q[a.v[i]] * scale_v;
+      float m, v;
+      if constexpr (kFp8) {
+        m = fp8_value<kE4M3>(a.m[i]) * scale_m;
+        const float sv = fp8_value<kUE4M4>(a.v[i]) * scale_v;
+        v = sv * sv;
+      } else {
+        m = a.map_m.q[a.m[i]] * scale_m;
+        v = a.map_v.q[a.v[i]] * scale_v;
+      }
+      if (a.guard_lost_v && v == 0.0f && m != 0.0f) v = m * m;
       const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
       var_ok = var_ok && adam_produced_finite<T>(m, v, w);
+      if constexpr (kFp8) v = std::sqrt(v);
       m_new[j] = m;
       v_new[j] = v;
       w_new[j] = w;
@@ -125,6 +183,11 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     // (3) Store var and absmax; requantize.
     max_m = max_m + 0.0f;
     max_v = max_v + 0.0f;
+    if constexpr (kFp8) {
+      StoreFp8Block(df, di, d8, m_new, v_new, max_m, max_v, len, var + lo, w_new, a.m + lo,
+                    a.v + lo, absmax_m, absmax_v);
+      continue;
+    }
     *absmax_m = max_m;
     *absmax_v = max_v;
     const float div_m = max_m == 0.0f ? 1.0f : max_m;

@@ -21,6 +21,10 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   return with_float_type(a.dtype, [&]<class T>() { return QuantBlocks<T>(a, begin, end); });
 }
 
+int64_t AdamWQuantFp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  return with_float_type(a.dtype, [&]<class T>() { return QuantBlocks<T, true>(a, begin, end); });
+}
+
 }  // namespace
 }  // namespace fusekit::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -28,10 +32,15 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(AdamWQuantBlocks);
+HWY_EXPORT(AdamWQuantFp8Blocks);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy() {
   return FUSEKIT_HWY_DISPATCH(AdamWQuantBlocks);
+}
+
+AdamWQuantBlocksFn adam_w_quant_fp8_blocks_hwy() {
+  return FUSEKIT_HWY_DISPATCH(AdamWQuantFp8Blocks);
 }
 
 }  // namespace fusekit

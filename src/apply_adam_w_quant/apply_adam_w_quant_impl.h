@@ -20,10 +20,9 @@ struct ApplyAdamWQuantOp
     : OpTypes<ApplyAdamWQuantProblem, ApplyAdamWQuantTensors, ApplyAdamWQuantScalars,
               ApplyAdamWQuantOptions, ApplyAdamWQuantStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
-  static constexpr TensorRole kRoles[] = {{"varRef", true},       {"grad"},
-                                          {"mRef", true},         {"vRef", true},
-                                          {"qmapM", false, true}, {"qmapV", false, true},
-                                          {"absmaxMRef", true},   {"absmaxVRef", true}};
+  static constexpr TensorRole kRoles[] = {
+      {"varRef", true}, {"grad"},  {"mRef", true},       {"vRef", true},
+      {"qmapM"},        {"qmapV"}, {"absmaxMRef", true}, {"absmaxVRef", true}};
   static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.var, &t.grad, &t.m, &t.v, &t.qmap_m, &t.qmap_v, &t.absmax_m, &t.absmax_v};
   }

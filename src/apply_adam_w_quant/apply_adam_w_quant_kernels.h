@@ -29,7 +29,10 @@ struct AdamWQuantArgs : AdamScalars {
   int64_t absmax_v_stride;
   int64_t n;  // elements from var[0]; block b covers [256 b, min(n, 256 (b + 1)))
   DType dtype;
-  QuantMapTables map_m, map_v;
+  // The lost-v guard (docs/fp8_state.md): a decoded v of 0 beside a decoded m that is not 0 is
+  // taken as m * m before the update.
+  bool guard_lost_v = false;
+  QuantMapTables map_m, map_v;  // the dynamic-map format's maps (unused by the FP8 kernels)
   // Tables a kernel derives from map_m and map_v once per run (the AVX-512 VBMI kernel's register
   // tables: adam_w_quant_avx512vbmi().prepare), or null: the kernel derives them on each call.
   const void *prepared = nullptr;
@@ -40,13 +43,18 @@ struct AdamWQuantArgs : AdamScalars {
 // case).
 using AdamWQuantBlocksFn = int64_t (*)(const AdamWQuantArgs &args, int64_t begin, int64_t end);
 
-// The plain scalar kernel (apply_adam_w_quant_reference.cc).
+// The plain scalar kernel (apply_adam_w_quant_reference.cc), dynamic-map format.
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin, int64_t end);
+// The same in the FP8 state format (docs/fp8_state.md): absmax_m and absmax_v hold the scales.
+int64_t adam_w_quant_fp8_blocks_reference(const AdamWQuantArgs &args, int64_t begin, int64_t end);
 
 // The generic Highway kernel (apply_adam_w_quant_hwy.cc), dispatched to the best target Highway
 // built that this CPU runs; it reads the lookup tables when they are built (else it searches by 8
 // branch-free steps).
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy();
+// The generic Highway kernel of the FP8 state format (apply_adam_w_quant_hwy.cc): codes by bit
+// arithmetic (common/fp8_codes_hwy-inl.h).
+AdamWQuantBlocksFn adam_w_quant_fp8_blocks_hwy();
 
 // The AVX-512 VBMI kernel (apply_adam_w_quant_avx512vbmi.cc): the maps and the search tables in
 // registers, no gathers; reads no lookup table. Its register tables, built once per run into

@@ -91,8 +91,9 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
     }
     FUSEKIT_RETURN_IF_ERROR(adam_checked_numel(kOp, *x, name, &unused));
   }
-  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_m, "qmapM"));
-  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_v, "qmapV"));
+  bool guard_lost_v = false;
+  FUSEKIT_RETURN_IF_ERROR(check_quant_state(kOp, options.state_format, options.guard_lost_v,
+                                            t.qmap_m, t.qmap_v, &guard_lost_v));
   AdamAttributes attr;
   FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.beta1, options.beta2,
                                                 options.weight_decay, options.eps,
@@ -117,6 +118,8 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
   p.contiguous =
       var.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous();
   set_adam_attributes(attr, &p);
+  p.state_format = options.state_format;
+  p.guard_lost_v = guard_lost_v;
   *out = p;
   return Status::Ok();
 }
@@ -128,7 +131,9 @@ Status ApplyAdamWQuantProblem::check(const ApplyAdamWQuantTensors &t) const {
 std::string ApplyAdamWQuantOp::problem_fields(const ApplyAdamWQuantProblem &p,
                                               const ApplyAdamWQuantTensors & /*t*/) {
   return str_cat("n=", p.n, ",blocks=", p.blocks, ",dtype=", dtype_name(p.desc.var.dtype),
-                 ",layout=", p.contiguous ? "contiguous" : "strided");
+                 ",layout=", p.contiguous ? "contiguous" : "strided",
+                 ",state=", quant_state_format_name(p.state_format),
+                 p.guard_lost_v ? ",guard_lost_v" : "");
 }
 std::string ApplyAdamWQuantOp::result_fields(const ApplyAdamWQuantStats &st) {
   return str_cat("skipped=", st.blocks_skipped_nonfinite);

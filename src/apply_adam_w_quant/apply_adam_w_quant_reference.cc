@@ -9,6 +9,7 @@
 
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
 #include "common/float_types.h"
+#include "common/fp8_codes.h"
 #include "fusekit/float16.h"
 
 namespace fusekit {
@@ -16,7 +17,10 @@ namespace {
 
 constexpr int64_t kBlock = 256;
 
-template <typename T>
+// kFp8: the FP8 state format (docs/fp8_state.md): m as E4M3 and sqrt(v) as UE4M4, decoded as
+// value * scale; the buffers keep m and sqrt(v), coded with the block's scale. Else the dynamic
+// maps.
+template <typename T, bool kFp8>
 int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
@@ -31,10 +35,19 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     bool finite = true;
     for (int64_t j = 0; j < len; ++j) {
       const int64_t i = lo + j;
-      float m = a.map_m.q[a.m[i]] * scale_m;
-      float v = a.map_v.q[a.v[i]] * scale_v;
+      float m, v;
+      if constexpr (kFp8) {
+        m = fp8_value<kE4M3>(a.m[i]) * scale_m;
+        const float s = fp8_value<kUE4M4>(a.v[i]) * scale_v;
+        v = s * s;
+      } else {
+        m = a.map_m.q[a.m[i]] * scale_m;
+        v = a.map_v.q[a.v[i]] * scale_v;
+      }
+      if (a.guard_lost_v && v == 0.0f && m != 0.0f) v = m * m;  // the lost-v guard
       const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
       finite = finite && adam_produced_finite<T>(m, v, w);
+      if constexpr (kFp8) v = std::sqrt(v);  // what the update divided by; what is stored
       m_new[j] = m;
       v_new[j] = v;
       w_new[j] = w;
@@ -48,6 +61,17 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     for (int64_t j = 0; j < len; ++j) var[lo + j] = from_float<T>(w_new[j]);
     max_m = max_m + 0.0f;  // -0 becomes +0
     max_v = max_v + 0.0f;
+    if constexpr (kFp8) {
+      const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
+      const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_v);
+      *absmax_m = sm.scale;
+      *absmax_v = sv.scale;
+      for (int64_t j = 0; j < len; ++j) {
+        a.m[lo + j] = fp8_block_code<kE4M3>(m_new[j], sm);
+        a.v[lo + j] = fp8_block_code<kUE4M4>(v_new[j], sv);
+      }
+      continue;
+    }
     *absmax_m = max_m;
     *absmax_v = max_v;
     const float div_m = max_m == 0.0f ? 1.0f : max_m;
@@ -63,7 +87,11 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 }  // namespace
 
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  return with_float_type(a.dtype, [&]<class T>() { return quant_blocks<T>(a, begin, end); });
+  return with_float_type(a.dtype, [&]<class T>() { return quant_blocks<T, false>(a, begin, end); });
+}
+
+int64_t adam_w_quant_fp8_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  return with_float_type(a.dtype, [&]<class T>() { return quant_blocks<T, true>(a, begin, end); });
 }
 
 }  // namespace fusekit

@@ -111,14 +111,17 @@ struct AdamVectors {
         decay(hn::Set(df, s.decay)),
         decay_before(s.decay_before),
         decay_after(s.decay_after) {}
-  // m and v updated in place; returns the new var.
-  HWY_INLINE hn::Vec<DF> Update(hn::Vec<DF> grad, hn::Vec<DF> &m, hn::Vec<DF> &v,
-                                hn::Vec<DF> w) const {
+  // m and v updated in place; returns the new var. sqrt_v, where given, receives sqrt(v), the
+  // square root the update divided by (the FP8 state format stores it).
+  HWY_INLINE hn::Vec<DF> Update(hn::Vec<DF> grad, hn::Vec<DF> &m, hn::Vec<DF> &v, hn::Vec<DF> w,
+                                hn::Vec<DF> *sqrt_v = nullptr) const {
     if (decay_before) w = hn::Mul(w, decay);
     const auto g = hn::Mul(grad, gs);
     m = hn::Add(hn::Mul(m, b1), hn::Mul(g, omb1));
     v = hn::Add(hn::Mul(v, b2), hn::Mul(hn::Mul(g, g), omb2));
-    w = hn::Add(w, hn::Div(hn::Mul(m, step), hn::Add(hn::Sqrt(v), eps)));
+    const auto s = hn::Sqrt(v);
+    if (sqrt_v != nullptr) *sqrt_v = s;
+    w = hn::Add(w, hn::Div(hn::Mul(m, step), hn::Add(s, eps)));
     return decay_after ? hn::Mul(w, decay) : w;
   }
 };

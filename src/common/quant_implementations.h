@@ -22,6 +22,10 @@
 
 namespace fusekit {
 
+// Why cpu_avx512vbmi does not run the FP8 state format (its kernels keep the maps in registers).
+inline constexpr const char *kFp8NoMapKernel =
+    "the fp8 state format has no map to keep in registers; cpu_hwy runs it";
+
 // The kernel a CPU implementation of an 8-bit optimizer runs.
 enum class QuantKernelKind { kAvx512Vbmi, kHwy, kReference };
 

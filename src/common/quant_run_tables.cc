@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 
 #include "common/str_cat.h"
 
@@ -91,6 +92,40 @@ Status check_quant_map_view(const char *op, const TensorView &q, const char *nam
                                    dtype_name(q.dtype), " ", q.shape_string()));
   }
   return Status::Ok();
+}
+
+Status check_quant_state(const char *op, QuantStateFormat format, bool guard_asked,
+                         const TensorView &qmap_m, const TensorView &qmap_v, bool *guard_lost_v) {
+  switch (format) {
+    case QuantStateFormat::kDynamicMap:
+      FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(op, qmap_m, "qmapM"));
+      FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(op, qmap_v, "qmapV"));
+      *guard_lost_v = guard_asked;
+      return Status::Ok();
+    case QuantStateFormat::kFp8:
+      for (const auto &[q, name] : {std::pair{&qmap_m, "qmapM"}, std::pair{&qmap_v, "qmapV"}}) {
+        if (q->numel() != 0) {
+          return Status::Invalid(str_cat(op, ": ", name, " is ", dtype_name(q->dtype), " ",
+                                         q->shape_string(),
+                                         " but the fp8 state format has no map; pass an empty "
+                                         "tensor (0 elements)"));
+        }
+      }
+      *guard_lost_v = true;
+      return Status::Ok();
+  }
+  return Status::Invalid(str_cat(op, ": state_format = ", static_cast<int>(format),
+                                 " is not a state format (0: dynamic_map, 1: fp8)"));
+}
+
+const char *quant_state_format_name(QuantStateFormat f) {
+  switch (f) {
+    case QuantStateFormat::kDynamicMap:
+      return "dynamic_map";
+    case QuantStateFormat::kFp8:
+      return "fp8";
+  }
+  return "unknown";
 }
 
 }  // namespace fusekit

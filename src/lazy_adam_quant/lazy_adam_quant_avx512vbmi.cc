@@ -174,7 +174,18 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void StoreRow(const LazyAdamQuantRowsArgs &a, cons
 struct UpdateConsts {
   __m512 b1, b2, omb1, omb2, eps, neg_lr;
   __m512i magnitude;
+  bool guard_lost_v;
 };
+
+// The dequantized old v, with the lost-v guard where it is on (docs/fp8_state.md): m * m where v
+// is 0 and m is not (a NaN m counts as not 0, as in the reference).
+FUSEKIT_QUANT_VBMI HWY_INLINE __m512 OldV(const UpdateConsts &c, __m512 m_old, __m512 v_old) {
+  if (!c.guard_lost_v) return v_old;
+  const __m512 zero = _mm512_setzero_ps();
+  const __mmask16 lost =
+      _mm512_cmp_ps_mask(v_old, zero, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(m_old, zero, _CMP_NEQ_UQ);
+  return _mm512_mask_mul_ps(v_old, lost, m_old, m_old);
+}
 
 // One vector of a row: `left` (1 to 16 and more) lanes from column j: LazyAdam's update of the
 // dequantized m and v (qm, qv: the map entries, times the block's absmax), the new m, v and var
@@ -187,10 +198,11 @@ FUSEKIT_QUANT_VBMI HWY_INLINE void UpdateVector(const UpdateConsts &c, __m512 qm
                                                 __m512i &acc_w) {
   const __mmask16 lanes = LaneMask(left);
   const __m512 gj = LoadWideN(g + j, left);
-  const __m512 m =
-      _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qm, vscale_m), c.b1), _mm512_mul_ps(gj, c.omb1));
-  const __m512 v = _mm512_abs_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qv, vscale_v), c.b2),
-                                               _mm512_mul_ps(_mm512_mul_ps(gj, gj), c.omb2)));
+  const __m512 m_old = _mm512_mul_ps(qm, vscale_m);
+  const __m512 v_old = OldV(c, m_old, _mm512_mul_ps(qv, vscale_v));
+  const __m512 m = _mm512_add_ps(_mm512_mul_ps(m_old, c.b1), _mm512_mul_ps(gj, c.omb1));
+  const __m512 v = _mm512_abs_ps(
+      _mm512_add_ps(_mm512_mul_ps(v_old, c.b2), _mm512_mul_ps(_mm512_mul_ps(gj, gj), c.omb2)));
   const __m512 w = _mm512_add_ps(
       LoadWideN(var + j, left),
       _mm512_div_ps(_mm512_mul_ps(m, c.neg_lr), _mm512_add_ps(_mm512_sqrt_ps(v), c.eps)));
@@ -519,11 +531,11 @@ FUSEKIT_QUANT_VBMI HWY_INLINE int64_t TileRows(const LazyAdamQuantRowsArgs &a, c
         const bool tail = q == kSlotVecs - 1;
         const __m512 gj = tail ? LoadWideN(r.g + j, D - j) : Widen(r.g + j);
         const __m512 var = tail ? LoadWideN(r.var + j, D - j) : Widen(r.var + j);
-        m[i][q] = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qm[kSlotVecs * i + q], sm_i), c.b1),
-                                _mm512_mul_ps(gj, c.omb1));
-        v[i][q] = _mm512_abs_ps(
-            _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(qv[kSlotVecs * i + q], sv_i), c.b2),
-                          _mm512_mul_ps(_mm512_mul_ps(gj, gj), c.omb2)));
+        const __m512 m_old = _mm512_mul_ps(qm[kSlotVecs * i + q], sm_i);
+        const __m512 v_old = OldV(c, m_old, _mm512_mul_ps(qv[kSlotVecs * i + q], sv_i));
+        m[i][q] = _mm512_add_ps(_mm512_mul_ps(m_old, c.b1), _mm512_mul_ps(gj, c.omb1));
+        v[i][q] = _mm512_abs_ps(_mm512_add_ps(_mm512_mul_ps(v_old, c.b2),
+                                              _mm512_mul_ps(_mm512_mul_ps(gj, gj), c.omb2)));
         w[i][q] = _mm512_add_ps(var, _mm512_div_ps(_mm512_mul_ps(m[i][q], c.neg_lr),
                                                    _mm512_add_ps(_mm512_sqrt_ps(v[i][q]), c.eps)));
       }
@@ -598,7 +610,7 @@ FUSEKIT_QUANT_VBMI HWY_NOINLINE int64_t FastRows(const LazyAdamQuantRowsArgs &a,
   const UpdateConsts c{_mm512_set1_ps(a.beta1),           _mm512_set1_ps(a.beta2),
                        _mm512_set1_ps(a.one_minus_beta1), _mm512_set1_ps(a.one_minus_beta2),
                        _mm512_set1_ps(a.epsilon),         _mm512_set1_ps(a.neg_lr),
-                       _mm512_set1_epi32(0x7fffffff)};
+                       _mm512_set1_epi32(0x7fffffff),     a.guard_lost_v};
   const __m512i var_limit = _mm512_set1_epi32(static_cast<int32_t>(adam_stored_finite_limit<T>()));
   constexpr float kInf = std::numeric_limits<float>::infinity();
   int64_t skipped = 0;

@@ -72,6 +72,12 @@ struct Kernel {
   int64_t prefetch_ahead;  // entries
 };
 Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p) {
+  if (p.state_format == QuantStateFormat::kFp8) {  // no map: bit arithmetic, no tables
+    return {kind == QuantKernelKind::kReference ? &lazy_adam_quant_fp8_rows_reference
+                                                : lazy_adam_quant_fp8_rows_hwy(),
+            QuantSearch::kBinarySearch, nullptr,
+            kind == QuantKernelKind::kReference ? 0 : prefetch_ahead(p)};
+  }
   switch (kind) {
     case QuantKernelKind::kAvx512Vbmi:
       return {lazy_adam_quant_avx512vbmi().run, QuantSearch::kBinarySearch,
@@ -85,12 +91,13 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantPr
 
 // The CPU run, as common/quant_implementations.h's list asks for it.
 struct Cpu {
-  static const char *avx512vbmi_why_not(const LazyAdamQuantProblem & /*p*/) {
+  static const char *avx512vbmi_why_not(const LazyAdamQuantProblem &p) {
+    if (p.state_format == QuantStateFormat::kFp8) return kFp8NoMapKernel;
     return fusekit::avx512vbmi_why_not(lazy_adam_quant_avx512vbmi());
   }
 
   static bool wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
-    return quant_wants_table(search, p.n * p.d);
+    return p.state_format == QuantStateFormat::kDynamicMap && quant_wants_table(search, p.n * p.d);
   }
 
   static size_t workspace_bytes(const LazyAdamQuantProblem &p, int threads, bool with_table) {
@@ -108,9 +115,10 @@ struct Cpu {
     const int threads = ctx.threads;
     const int64_t n = p.n, rows = p.rows;
 
-    // ---- check: both maps, read once; then every index ----
+    // ---- check: both maps, read once (the FP8 format has none); then every index ----
+    const bool fp8 = p.state_format == QuantStateFormat::kFp8;
     alignas(64) float maps[2][kQuantMapSize];
-    FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
+    if (!fp8) FUSEKIT_RETURN_IF_ERROR(read_quant_maps(kOp, t.qmap_m, t.qmap_v, maps));
     if (n == 0) {
       timer.stage("check");
       return Status::Ok();
@@ -126,19 +134,22 @@ struct Cpu {
     if (p.d == 0) return Status::Ok();
 
     // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
-    QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
-    if (cache == nullptr) cache = ::new (base + w.fallback) QuantTableCache;
-    bool built = refresh_quant_tables(cache, maps, kernel.prepare);
     LazyAdamQuantRowsArgs a;
-    a.map_m = cache->tables[0];
-    a.map_v = cache->tables[1];
-    a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-    if (with_lut) {
-      build_quant_lut(&a.map_m, base + w.lut);
-      build_quant_lut(&a.map_v, base + w.lut + quant_lut_bytes());
-      built = true;
+    if (!fp8) {
+      QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
+      if (cache == nullptr) cache = ::new (base + w.fallback) QuantTableCache;
+      bool built = refresh_quant_tables(cache, maps, kernel.prepare);
+      a.map_m = cache->tables[0];
+      a.map_v = cache->tables[1];
+      a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
+      if (with_lut) {
+        build_quant_lut(&a.map_m, base + w.lut);
+        build_quant_lut(&a.map_v, base + w.lut + quant_lut_bytes());
+        built = true;
+      }
+      timer.stage(built ? "tables" : "tables(cached)");
     }
-    timer.stage(built ? "tables" : "tables(cached)");
+    a.guard_lost_v = p.guard_lost_v;
 
     // ---- group: only when some row is named twice ----
     row_groups_group(rows, base, w.groups, threads, &e, timer);

@@ -18,6 +18,8 @@
 
 #include "common/adam_update.h"
 #include "common/float_types.h"
+#include "common/fp8_codes.h"
+#include "common/fp8_codes_hwy-inl.h"
 #include "common/hwy_dispatch.h"
 #include "common/hwy_dtype-inl.h"
 #include "common/quant_codes_hwy-inl.h"
@@ -73,7 +75,9 @@ void SumGradient(const LazyAdamQuantRowsArgs &a, int64_t k, int64_t next, float 
   }
 }
 
-template <typename T, typename G>
+// kFp8: the FP8 state format (docs/fp8_state.md): codes decoded and made by bit arithmetic, the
+// scratch keeps m and sqrt(v). Else the dynamic maps (gathers and searches).
+template <typename T, typename G, bool kFp8>
 int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch_mem) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -137,19 +141,30 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
         const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
         const auto gj = LoadGrad(df, g + j);
-        const auto m =
-            hn::Add(hn::Mul(hn::Mul(hn::GatherIndex(df, a.map_m.q, mcode), vscale_m), b1),
-                    hn::Mul(gj, omb1));
-        const auto v =
-            hn::Abs(hn::Add(hn::Mul(hn::Mul(hn::GatherIndex(df, a.map_v.q, vcode), vscale_v), b2),
-                            hn::Mul(hn::Mul(gj, gj), omb2)));
+        hn::Vec<decltype(df)> m_old, v_old;
+        if constexpr (kFp8) {
+          m_old = hn::Mul(Fp8Value<kE4M3>(df, di, mcode), vscale_m);
+          const auto s_old = hn::Mul(Fp8Value<kUE4M4>(df, di, vcode), vscale_v);
+          v_old = hn::Mul(s_old, s_old);
+        } else {
+          m_old = hn::Mul(hn::GatherIndex(df, a.map_m.q, mcode), vscale_m);
+          v_old = hn::Mul(hn::GatherIndex(df, a.map_v.q, vcode), vscale_v);
+        }
+        if (a.guard_lost_v) {
+          v_old = hn::IfThenElse(hn::AndNot(hn::Eq(m_old, zero), hn::Eq(v_old, zero)),
+                                 hn::Mul(m_old, m_old), v_old);
+        }
+        const auto m = hn::Add(hn::Mul(m_old, b1), hn::Mul(gj, omb1));
+        const auto v = hn::Abs(hn::Add(hn::Mul(v_old, b2), hn::Mul(hn::Mul(gj, gj), omb2)));
+        const auto sv = hn::Sqrt(v);
         const auto w =
-            hn::Add(LoadWide(df, var + j), hn::Div(hn::Mul(m, neg_lr), hn::Add(hn::Sqrt(v), eps)));
+            hn::Add(LoadWide(df, var + j), hn::Div(hn::Mul(m, neg_lr), hn::Add(sv, eps)));
+        const auto kept_v = kFp8 ? sv : v;
         hn::StoreU(m, df, s.m + j);
-        hn::StoreU(v, df, s.v + j);
+        hn::StoreU(kept_v, df, s.v + j);
         hn::StoreU(w, df, s.w + j);
         acc_m = hn::Max(hn::Abs(m), acc_m);
-        acc_v = hn::Max(v, acc_v);
+        acc_v = hn::Max(kept_v, acc_v);
         acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
       }
       float max_m = 0.0f, max_v = 0.0f;
@@ -161,16 +176,26 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       }
       for (int64_t j = lo + vec_len; j < lo + len; ++j) {
         const float gj = g[j];
-        const float m = a.map_m.q[mc[j]] * scale_m * a.beta1 + gj * a.one_minus_beta1;
-        const float v =
-            std::fabs(a.map_v.q[vc[j]] * scale_v * a.beta2 + (gj * gj) * a.one_minus_beta2);
-        const float w = to_float(var[j]) + (m * a.neg_lr) / (std::sqrt(v) + a.epsilon);
+        float m_old, v_old;
+        if constexpr (kFp8) {
+          m_old = fp8_value<kE4M3>(mc[j]) * scale_m;
+          const float s_old = fp8_value<kUE4M4>(vc[j]) * scale_v;
+          v_old = s_old * s_old;
+        } else {
+          m_old = a.map_m.q[mc[j]] * scale_m;
+          v_old = a.map_v.q[vc[j]] * scale_v;
+        }
+        if (a.guard_lost_v && v_old == 0.0f && m_old != 0.0f) v_old = m_old * m_old;
+        const float m = m_old * a.beta1 + gj * a.one_minus_beta1;
+        const float v = std::fabs(v_old * a.beta2 + (gj * gj) * a.one_minus_beta2);
+        const float sv = std::sqrt(v);
+        const float w = to_float(var[j]) + (m * a.neg_lr) / (sv + a.epsilon);
         var_ok = var_ok && adam_produced_finite<T>(m, v, w);
         s.m[j] = m;
-        s.v[j] = v;
+        s.v[j] = kFp8 ? sv : v;
         s.w[j] = w;
         max_m = std::max(max_m, std::fabs(m));
-        max_v = std::max(max_v, v);
+        max_v = std::max(max_v, s.v[j]);
       }
       s.max_m[b] = max_m;
       s.max_v[b] = max_v;
@@ -186,6 +211,31 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
       const int64_t vec_len = len / N * N;
       const float max_m = s.max_m[b] + 0.0f, max_v = s.max_v[b] + 0.0f;
+      if constexpr (kFp8) {
+        const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
+        const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_v);
+        absmax_m[b] = sm.scale;
+        absmax_v[b] = sv.scale;
+        const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
+        const auto zero_code = hn::Zero(di);
+        for (int64_t j = lo; j < lo + vec_len; j += N) {
+          StoreNarrow(df, hn::LoadU(df, s.w + j), var + j);
+          const auto cm = sm.inv == 0.0f
+                              ? zero_code
+                              : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, s.m + j), inv_m));
+          const auto cv = sv.inv == 0.0f
+                              ? zero_code
+                              : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s.v + j), inv_v));
+          hn::StoreU(hn::DemoteTo(d8, cm), d8, mc + j);
+          hn::StoreU(hn::DemoteTo(d8, cv), d8, vc + j);
+        }
+        for (int64_t j = lo + vec_len; j < lo + len; ++j) {
+          var[j] = from_float<T>(s.w[j]);
+          mc[j] = fp8_block_code<kE4M3>(s.m[j], sm);
+          vc[j] = fp8_block_code<kUE4M4>(s.v[j], sv);
+        }
+        continue;
+      }
       absmax_m[b] = max_m;
       absmax_v[b] = max_v;
       const float div_m = max_m == 0.0f ? 1.0f : max_m;
@@ -210,12 +260,22 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   return skipped;
 }
 
+template <bool kFp8>
+int64_t RowsOf(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch) {
+  return with_float_type(a.dtype, [&]<class T>() {  // the gradient float32, or var's dtype
+    return a.grad_dtype == DType::kFloat32 ? Rows<T, float, kFp8>(a, begin, end, scratch)
+                                           : Rows<T, T, kFp8>(a, begin, end, scratch);
+  });
+}
+
 int64_t LazyAdamQuantRows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
                           void *scratch) {
-  return with_float_type(a.dtype, [&]<class T>() {  // the gradient float32, or var's dtype
-    return a.grad_dtype == DType::kFloat32 ? Rows<T, float>(a, begin, end, scratch)
-                                           : Rows<T, T>(a, begin, end, scratch);
-  });
+  return RowsOf<false>(a, begin, end, scratch);
+}
+
+int64_t LazyAdamQuantFp8Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
+                             void *scratch) {
+  return RowsOf<true>(a, begin, end, scratch);
 }
 
 }  // namespace
@@ -225,10 +285,15 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fusekit {
 HWY_EXPORT(LazyAdamQuantRows);
+HWY_EXPORT(LazyAdamQuantFp8Rows);
 
 // Looked up on each call (one table read) so that tests can switch targets.
 LazyAdamQuantRowsFn lazy_adam_quant_rows_hwy() {
   return FUSEKIT_HWY_DISPATCH(LazyAdamQuantRows);
+}
+
+LazyAdamQuantRowsFn lazy_adam_quant_fp8_rows_hwy() {
+  return FUSEKIT_HWY_DISPATCH(LazyAdamQuantFp8Rows);
 }
 
 }  // namespace fusekit

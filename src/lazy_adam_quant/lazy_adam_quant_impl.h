@@ -19,10 +19,9 @@ namespace fusekit {
 struct LazyAdamQuantOp : OpTypes<LazyAdamQuantProblem, LazyAdamQuantTensors, LazyAdamQuantScalars,
                                  LazyAdamQuantOptions, LazyAdamQuantStats> {
   // The tensors by role, in the order of Tensors, named as the aclnn call names them.
-  static constexpr TensorRole kRoles[] = {
-      {"gradient"},           {"indices"},        {"inputM", true},
-      {"inputV", true},       {"inputVar", true}, {"qmapM", false, true},
-      {"qmapV", false, true}, {"absmaxM", true},  {"absmaxV", true}};
+  static constexpr TensorRole kRoles[] = {{"gradient"},     {"indices"},        {"inputM", true},
+                                          {"inputV", true}, {"inputVar", true}, {"qmapM"},
+                                          {"qmapV"},        {"absmaxM", true},  {"absmaxV", true}};
   static auto views(auto &t) {  // Tensors or const Tensors
     return std::array{&t.gradient, &t.indices, &t.m,        &t.v,       &t.var,
                       &t.qmap_m,   &t.qmap_v,  &t.absmax_m, &t.absmax_v};

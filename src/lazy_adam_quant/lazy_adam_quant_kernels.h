@@ -32,7 +32,10 @@ struct LazyAdamQuantRowsArgs {
   int64_t dim;     // D >= 1
   int64_t blocks;  // ceil(D / 256)
   float beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon, neg_lr;
-  QuantMapTables map_m, map_v;
+  // The lost-v guard (docs/fp8_state.md): a decoded v of 0 beside a decoded m that is not 0 is
+  // taken as m * m before the update.
+  bool guard_lost_v = false;
+  QuantMapTables map_m, map_v;  // the dynamic-map format's maps (unused by the FP8 kernels)
   // The AVX-512 VBMI kernel's register tables (kQuantVbmiTablesBytes), built once per run, or null.
   const void *prepared = nullptr;
   // (row << 32 | position) per index. Entries of one row are neighbours, in order of occurrence;
@@ -98,10 +101,15 @@ using LazyAdamQuantRowsFn = int64_t (*)(const LazyAdamQuantRowsArgs &args, int64
 // The plain scalar kernel: the fallback and the test oracle's twin.
 int64_t lazy_adam_quant_rows_reference(const LazyAdamQuantRowsArgs &args, int64_t begin,
                                        int64_t end, void *scratch);
+// The same in the FP8 state format (docs/fp8_state.md): absmax_m and absmax_v hold the scales.
+int64_t lazy_adam_quant_fp8_rows_reference(const LazyAdamQuantRowsArgs &args, int64_t begin,
+                                           int64_t end, void *scratch);
 
 // The Highway kernel for the best instruction set of this CPU (chosen at each call, so that tests
 // can switch targets); it reads the lookup tables when they are built (else 8 branch-free steps).
 LazyAdamQuantRowsFn lazy_adam_quant_rows_hwy();
+// The Highway kernel of the FP8 state format: codes by bit arithmetic.
+LazyAdamQuantRowsFn lazy_adam_quant_fp8_rows_hwy();
 
 // The AVX-512 VBMI kernel (lazy_adam_quant_avx512vbmi.cc): maps and searches in registers; its
 // register tables are passed as `prepared`.

@@ -127,9 +127,10 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
     }
     FUSEKIT_RETURN_IF_ERROR(check_matrix(*x, name, true));
   }
-  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_m, "qmapM"));
-  FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(kOp, t.qmap_v, "qmapV"));
   LazyAdamQuantProblem p;
+  FUSEKIT_RETURN_IF_ERROR(check_quant_state(kOp, options.state_format, options.guard_lost_v,
+                                            t.qmap_m, t.qmap_v, &p.guard_lost_v));
+  p.state_format = options.state_format;
   FUSEKIT_RETURN_IF_ERROR(check_lazy_adam_attributes(
       kOp, options.beta1, options.beta2, options.epsilon, &p.beta1, &p.beta2, &p.epsilon));
   p.desc = without_data<LazyAdamQuantOp>(t);
@@ -147,9 +148,10 @@ Status LazyAdamQuantProblem::check(const LazyAdamQuantTensors &t) const {
 
 std::string LazyAdamQuantOp::problem_fields(const LazyAdamQuantProblem &p,
                                             const LazyAdamQuantTensors & /*t*/) {
-  return str_cat("N=", p.n, ",R=", p.rows, ",D=", p.d, ",dtype=", dtype_name(p.desc.var.dtype),
-                 ",grad=", dtype_name(p.desc.gradient.dtype),
-                 ",index=", dtype_name(p.desc.indices.dtype));
+  return str_cat(
+      "N=", p.n, ",R=", p.rows, ",D=", p.d, ",dtype=", dtype_name(p.desc.var.dtype),
+      ",grad=", dtype_name(p.desc.gradient.dtype), ",index=", dtype_name(p.desc.indices.dtype),
+      ",state=", quant_state_format_name(p.state_format), p.guard_lost_v ? ",guard_lost_v" : "");
 }
 std::string LazyAdamQuantOp::result_fields(const LazyAdamQuantStats &st) {
   return str_cat("rows=", st.rows_updated, ",skipped=", st.rows_skipped_nonfinite);

@@ -9,6 +9,7 @@
 
 #include "common/adam_update.h"
 #include "common/float_types.h"
+#include "common/fp8_codes.h"
 #include "fusekit/float16.h"
 #include "lazy_adam_quant/lazy_adam_quant_kernels.h"
 
@@ -31,7 +32,9 @@ void sum_gradient(const LazyAdamQuantRowsArgs &a, int64_t k, int64_t next, float
   }
 }
 
-template <typename T, typename G>
+// kFp8: the FP8 state format (docs/fp8_state.md): m as E4M3 and sqrt(v) as UE4M4, decoded as
+// value * scale; the scratch keeps m and sqrt(v), coded with the block's scale. Else the maps.
+template <typename T, typename G, bool kFp8>
 int64_t rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch_mem) {
   const LaqScratch s = laq_scratch(scratch_mem, a.dim);
   const int64_t D = a.dim;
@@ -52,13 +55,23 @@ int64_t rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
     for (int64_t j = 0; j < D; ++j) {
       const int64_t b = j / kLaqBlock;
       const float g = s.g[j];
-      const float m = a.map_m.q[mc[j]] * absmax_m[b] * a.beta1 + g * a.one_minus_beta1;
-      const float v =
-          std::fabs(a.map_v.q[vc[j]] * absmax_v[b] * a.beta2 + (g * g) * a.one_minus_beta2);
-      const float w = to_float(var[j]) + (m * a.neg_lr) / (std::sqrt(v) + a.epsilon);
+      float m_old, v_old;
+      if constexpr (kFp8) {
+        m_old = fp8_value<kE4M3>(mc[j]) * absmax_m[b];
+        const float s_old = fp8_value<kUE4M4>(vc[j]) * absmax_v[b];
+        v_old = s_old * s_old;
+      } else {
+        m_old = a.map_m.q[mc[j]] * absmax_m[b];
+        v_old = a.map_v.q[vc[j]] * absmax_v[b];
+      }
+      if (a.guard_lost_v && v_old == 0.0f && m_old != 0.0f) v_old = m_old * m_old;
+      const float m = m_old * a.beta1 + g * a.one_minus_beta1;
+      const float v = std::fabs(v_old * a.beta2 + (g * g) * a.one_minus_beta2);
+      const float sv = std::sqrt(v);
+      const float w = to_float(var[j]) + (m * a.neg_lr) / (sv + a.epsilon);
       finite = finite && adam_produced_finite<T>(m, v, w);
       s.m[j] = m;
-      s.v[j] = v;
+      s.v[j] = kFp8 ? sv : v;
       s.w[j] = w;
     }
     if (!finite) {
@@ -74,6 +87,17 @@ int64_t rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         max_m = std::max(max_m, std::fabs(s.m[j]));
         max_v = std::max(max_v, s.v[j]);
       }
+      if constexpr (kFp8) {
+        const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
+        const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_v);
+        absmax_m[b] = sm.scale;
+        absmax_v[b] = sv.scale;
+        for (int64_t j = lo; j < hi; ++j) {
+          mc[j] = fp8_block_code<kE4M3>(s.m[j], sm);
+          vc[j] = fp8_block_code<kUE4M4>(s.v[j], sv);
+        }
+        continue;
+      }
       absmax_m[b] = max_m;
       absmax_v[b] = max_v;
       const float div_m = max_m == 0.0f ? 1.0f : max_m;
@@ -88,17 +112,24 @@ int64_t rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
 }
 
 // The gradient float32, or var's dtype T.
-template <typename T>
+template <typename T, bool kFp8>
 int64_t rows_of(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch) {
-  return a.grad_dtype == DType::kFloat32 ? rows<T, float>(a, begin, end, scratch)
-                                         : rows<T, T>(a, begin, end, scratch);
+  return a.grad_dtype == DType::kFloat32 ? rows<T, float, kFp8>(a, begin, end, scratch)
+                                         : rows<T, T, kFp8>(a, begin, end, scratch);
 }
 
 }  // namespace
 
 int64_t lazy_adam_quant_rows_reference(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end,
                                        void *scratch) {
-  return with_float_type(a.dtype, [&]<class T>() { return rows_of<T>(a, begin, end, scratch); });
+  return with_float_type(a.dtype,
+                         [&]<class T>() { return rows_of<T, false>(a, begin, end, scratch); });
+}
+
+int64_t lazy_adam_quant_fp8_rows_reference(const LazyAdamQuantRowsArgs &a, int64_t begin,
+                                           int64_t end, void *scratch) {
+  return with_float_type(a.dtype,
+                         [&]<class T>() { return rows_of<T, true>(a, begin, end, scratch); });
 }
 
 }  // namespace fusekit
