@@ -127,14 +127,21 @@ def nearest_code(q, x, sign_fix):
     return code.astype(np.uint8)
 
 
-def golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype):
+def golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype,
+                guard_lost_v=False):
     """var, grad: storage arrays (flat); m, v: uint8 (flat); am, av: float32 [blocks].
-    Returns new (var, m, v, am, av, skipped_blocks)."""
+    Returns new (var, m, v, am, av, skipped_blocks).
+
+    guard_lost_v (docs/fp8_state.md, "The lost-v guard"): where the dequantized old v is 0 and the
+    dequantized old m is not, the old v is taken as m * m before the update. Off by default:
+    CANN's arithmetic, bit for bit today's results."""
     with np.errstate(all="ignore"):  # the skipped blocks compute NaN on the way
-        return _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype)
+        return _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype,
+                            guard_lost_v)
 
 
-def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype):
+def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, gnorm, dtype,
+                 guard_lost_v=False):
     b1, b2, lr, wd, eps, gs = F32(beta1), F32(beta2), F32(lr), F32(wd), F32(eps), F32(gnorm)
     t = F32(step + 1)
     c1 = F32(1) - powf(b1, t)
@@ -160,6 +167,8 @@ def _golden_step(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, ep
     g = g * gs
     mm = qm[blocks(m, 0)] * am[:, None]
     vv = qv[blocks(v, 0)] * av[:, None]
+    if guard_lost_v:  # the lost second moment: the smallest one consistent with |m| <= sqrt(v)
+        vv = np.where((vv == 0) & (mm != 0), mm * mm, vv)
     mm = mm * b1 + g * omb1
     vv = vv * b2 + (g * g) * omb2
     w = w0 + (mm * step_size) / (np.sqrt(vv) + eps_c2s)

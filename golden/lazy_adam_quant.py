@@ -42,14 +42,20 @@ DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 
 def lazy_adam_quant_golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps,
-                           dtype, gdtype):
+                           dtype, gdtype, guard_lost_v=False):
     """grad [N, D] (storage of gdtype); indices [N]; m, v uint8 [R, D]; var [R, D] (storage of
-    dtype); am, av float32 [R, ceil(D / 256)]. Returns new (m, v, var, am, av, skipped rows)."""
+    dtype); am, av float32 [R, ceil(D / 256)]. Returns new (m, v, var, am, av, skipped rows).
+
+    guard_lost_v (docs/fp8_state.md, "The lost-v guard"): where the dequantized old v is 0 and the
+    dequantized old m is not, the old v is taken as m * m before the update. Off by default:
+    bit for bit today's results."""
     with np.errstate(all="ignore"):  # skipped rows compute NaN and Inf on the way
-        return _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dtype, gdtype)
+        return _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dtype, gdtype,
+                       guard_lost_v)
 
 
-def _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dtype, gdtype):
+def _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dtype, gdtype,
+            guard_lost_v=False):
     b1, b2, e, lr = F32(beta1), F32(beta2), F32(eps), F32(lr)
     omb1, omb2 = F32(1) - b1, F32(1) - b2
     m, v, var, am, av = m.copy(), v.copy(), var.copy(), am.copy(), av.copy()
@@ -74,6 +80,8 @@ def _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dty
     scale = lambda a: np.repeat(a[rows], BLOCK, axis=1)[:, :D]  # noqa: E731  (absmax per column)
     mm = qm[m[rows]] * scale(am)
     vv = qv[v[rows]] * scale(av)
+    if guard_lost_v:  # the lost second moment: the smallest one consistent with |m| <= sqrt(v)
+        vv = np.where((vv == 0) & (mm != 0), mm * mm, vv)
     mm = mm * b1 + g * omb1
     vv = np.abs(vv * b2 + (g * g) * omb2)
     w = widen(var[rows].reshape(-1), dtype).reshape(len(rows), D) + (mm * (-lr)) / (np.sqrt(vv) + e)

@@ -24,6 +24,7 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_apply_adam_w_quant.h"
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
+#include "common/fp8_oracle.h"
 #include "common/half_floats.h"
 #include "common/simd_targets.h"
 #include "common/test_util.h"
@@ -78,6 +79,10 @@ int nearest_code(const Map &q, float x, bool sign_fix) {
 struct Hyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0, eps = 1e-8, gnorm = 1.0;
   int64_t step = 10;
+  // The state format (docs/fp8_state.md) and the lost-v guard (always on in the FP8 format).
+  QuantStateFormat format = QuantStateFormat::kDynamicMap;
+  bool guard = false;
+  bool fp8() const { return format == QuantStateFormat::kFp8; }
 };
 
 struct Scal {
@@ -130,8 +135,16 @@ int64_t oracle_step(State &st, const Hyper &h) {
     for (size_t j = 0; j < len && finite; ++j) {
       const size_t i = lo + j;
       const float g = st.grad.get(i) * s.gs;
-      float m = st.qm[st.m[i]] * st.absmax_m[b];
-      float v = st.qv[st.v[i]] * st.absmax_v[b];
+      float m, v;
+      if (h.fp8()) {
+        m = kOracleE4M3.decode(st.m[i]) * st.absmax_m[b];
+        const float sv = kOracleUE4M4.decode(st.v[i]) * st.absmax_v[b];
+        v = sv * sv;
+      } else {
+        m = st.qm[st.m[i]] * st.absmax_m[b];
+        v = st.qv[st.v[i]] * st.absmax_v[b];
+      }
+      if (h.guard && v == 0.0f && m != 0.0f) v = m * m;  // the lost-v guard
       m = m * s.b1 + g * s.omb1;
       v = v * s.b2 + (g * g) * s.omb2;
       float w = st.var.get(i);
@@ -140,15 +153,20 @@ int64_t oracle_step(State &st, const Hyper &h) {
       finite = std::isfinite(m) && std::isfinite(v) && std::isfinite(stored(st.var.dtype, w));
       ww[j] = w;
       mm[j] = m;
-      vv[j] = v;
+      vv[j] = h.fp8() ? std::sqrt(v) : v;  // the FP8 format codes sqrt(v)
       am = std::max(am, std::fabs(m));
-      av = std::max(av, v);
+      av = std::max(av, vv[j]);
     }
     if (!finite || !std::isfinite(am) || !std::isfinite(av)) {
       ++skipped;
       continue;
     }
     for (size_t j = 0; j < len; ++j) st.var.set(lo + j, ww[j]);
+    if (h.fp8()) {
+      st.absmax_m[b] = kOracleE4M3.code_block(mm.data(), static_cast<int64_t>(len), &st.m[lo]);
+      st.absmax_v[b] = kOracleUE4M4.code_block(vv.data(), static_cast<int64_t>(len), &st.v[lo]);
+      continue;
+    }
     am += 0.0f;
     av += 0.0f;
     st.absmax_m[b] = am;
@@ -194,6 +212,8 @@ ApplyAdamWQuantOptions options_of(const Hyper &h) {
   o.weight_decay = h.wd;
   o.eps = h.eps;
   o.gnorm_scale = h.gnorm;
+  o.state_format = h.format;
+  o.guard_lost_v = h.guard;
   return o;
 }
 
@@ -203,7 +223,8 @@ Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o,
   const auto blocks = static_cast<int64_t>(s.absmax_m.size());
   return fusekit::apply_adam_w_quant_step(
       s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
-      TensorView::of(s.qm.data(), {256}), TensorView::of(s.qv.data(), {256}),
+      TensorView::of(s.qm.data(), {h.fp8() ? 0 : 256}),
+      TensorView::of(s.qv.data(), {h.fp8() ? 0 : 256}),
       TensorView::of(s.absmax_m.data(), {blocks}), TensorView::of(s.absmax_v.data(), {blocks}),
       h.step, lr_of(h), o, stats);
 }
@@ -1705,6 +1726,321 @@ TEST(ApplyAdamWQuantPlan, VerboseNamesTheImplementation) {
     }
     EXPECT_NE(err.find("update="), std::string::npos) << err;
   }
+}
+
+// ================================================================================================
+// The FP8 state format and the lost-v guard (docs/fp8_state.md), against the oracle above with
+// tests/common/fp8_oracle.h's codes (written from the format's definition)
+// ================================================================================================
+
+// A state in the FP8 format: finite codes (no E4M3 NaN code), scales as make_state's absmax, and
+// the edges: a zero m block, a block whose v is all zero beside a non-zero m (the guard's case),
+// codes below the first normal, saturated codes.
+State make_fp8_state(uint64_t salt, DType t, size_t n) {
+  State s = make_state(salt, t, n, Map{}, Map{});
+  for (auto &c : s.m) {
+    if ((c & 0x7f) == 0x7f) c ^= 1;
+  }
+  const size_t blocks = s.absmax_m.size();
+  if (blocks > 3) s.absmax_v[3] = 0.0f;
+  for (size_t i = 0; i < std::min<size_t>(n, 16); ++i) {
+    s.m[i] = static_cast<uint8_t>(i < 8 ? i : 0x7e | (i & 1) << 7);
+    s.v[i] = static_cast<uint8_t>(i < 8 ? i : 0xff);
+  }
+  return s;
+}
+
+Hyper fp8_hyper() {
+  Hyper h;
+  h.format = QuantStateFormat::kFp8;
+  h.guard = true;
+  return h;
+}
+
+// Every implementation this machine runs in the FP8 format (cpu_avx512vbmi refuses it).
+void check_fp8_case(DType t, size_t n, const Hyper &h, uint64_t salt) {
+  const State start = h.fp8() ? make_fp8_state(salt, t, n)
+                              : make_state(salt, t, n, fusekit::create_dynamic_map(true),
+                                           fusekit::create_dynamic_map(false));
+  State want = start;
+  const int64_t want_skipped = oracle_step(want, h);
+  for (const Way &w : ways()) {
+    SCOPED_TRACE(way_name(w));
+    State got = start;
+    ApplyAdamWQuantStats stats;
+    const Status st = run_api(got, h, options_of(h, w), &stats);
+    if (h.fp8() && w.impl == "cpu_avx512vbmi") {
+      EXPECT_EQ(st.code(), StatusCode::kNoImplementation) << st.message();
+      EXPECT_NE(st.message().find("fp8"), std::string::npos) << st.message();
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(stats.blocks_skipped_nonfinite, want_skipped);
+    expect_same(got, want);
+  }
+}
+
+class Fp8StepTest : public ::testing::TestWithParam<std::tuple<DType, size_t, bool>> {};
+
+TEST_P(Fp8StepTest, MatchesOracle) {
+  const auto [dtype, n, fp8] = GetParam();
+  Hyper h = fp8_hyper();
+  if (!fp8) h.format = QuantStateFormat::kDynamicMap;  // the dynamic maps with the guard
+  check_fp8_case(dtype, n, h, 400 + n);
+  h.step = 0;
+  h.wd = 0.01;
+  h.gnorm = 0.5;
+  check_fp8_case(dtype, n, h, 500 + n);
+  h.step = 123456789;
+  h.lr = 0.1;
+  h.beta1 = 0.8;
+  h.beta2 = 0.95;
+  h.eps = 1e-6;
+  h.gnorm = 2.0;
+  check_fp8_case(dtype, n, h, 600 + n);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, Fp8StepTest,
+    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
+                       ::testing::Values(size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{255},
+                                         size_t{256}, size_t{257}, size_t{1100}, size_t{5000}),
+                       ::testing::Bool()),
+    [](const auto &param_info) {
+      const auto &p = param_info.param;
+      return std::string(fusekit::dtype_name(std::get<0>(p))) + "_n" +
+             std::to_string(std::get<1>(p)) + (std::get<2>(p) ? "_fp8" : "_dynamic_guarded");
+    });
+
+TEST(Fp8Step, EverySimdTargetAndThreadCount) {
+  for (bool fp8 : {true, false}) {
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(std::string(fusekit::dtype_name(t)) + (fp8 ? " fp8" : " dynamic+guard"));
+      Hyper h = fp8_hyper();
+      if (!fp8) h.format = QuantStateFormat::kDynamicMap;
+      h.wd = 0.02;
+      const State start = fp8 ? make_fp8_state(21, t, 70'000)
+                              : make_state(21, t, 70'000, fusekit::create_dynamic_map(true),
+                                           fusekit::create_dynamic_map(false));
+      State want = start;
+      oracle_step(want, h);
+      fusekit::testing::for_each_simd_target([&](const char *target) {
+        EXPECT_STREQ(fusekit::hwy_dispatched_target(), target);
+        for (int threads : {1, 2, 3}) {
+          State got = start;
+          ApplyAdamWQuantOptions o = options_of(h, Way{"cpu_hwy"});
+          o.num_threads = threads;
+          ASSERT_TRUE(run_api(got, h, o).ok());
+          expect_same(got, want);
+        }
+      });
+    }
+  }
+}
+
+// From a fresh state (codes 0, scales 0) through twenty steps: the codes and scales a step writes
+// are the next step's input; every fifth step leaves half the blocks without gradient.
+TEST(Fp8Step, TwentyStepsFromAFreshState) {
+  const size_t n = 4000;
+  State want = make_fp8_state(22, DType::kFloat32, n);
+  std::fill(want.m.begin(), want.m.end(), 0);
+  std::fill(want.v.begin(), want.v.end(), 0);
+  std::fill(want.absmax_m.begin(), want.absmax_m.end(), 0.0f);
+  std::fill(want.absmax_v.begin(), want.absmax_v.end(), 0.0f);
+  State got = want;
+  auto rng = rng_for(23);
+  Hyper h = fp8_hyper();
+  h.wd = 0.01;
+  for (int64_t k = 0; k < 20; ++k) {
+    h.step = k;
+    std::vector<float> g = uniform(rng, n, -1.f, 1.f);
+    if (k % 5 == 4) std::fill(g.begin(), g.begin() + n / 2, 0.0f);
+    got.grad = want.grad = FloatBuf(DType::kFloat32, g);
+    oracle_step(want, h);
+    ASSERT_TRUE(run_api(got, h, options_of(h)).ok());
+  }
+  expect_same(got, want);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; ++i) nonzero += got.m[i] != 0 && got.v[i] != 0;
+  EXPECT_GT(nonzero, n * 9 / 10);  // the state is not trivially zero
+}
+
+// A block holding E4M3's NaN code is non-finite state: left bit for bit as it was, and counted.
+TEST(Fp8Step, ANaNCodeLeavesItsBlockUnchanged) {
+  const Hyper h = fp8_hyper();
+  State start = make_fp8_state(24, DType::kFloat32, 1000);
+  start.m[300] = 0x7f;  // block 1
+  start.m[700] = 0xff;  // block 2
+  for (const Way &w : ways()) {
+    if (w.impl == "cpu_avx512vbmi") continue;
+    SCOPED_TRACE(way_name(w));
+    State got = start;
+    ApplyAdamWQuantStats stats;
+    ASSERT_TRUE(run_api(got, h, options_of(h, w), &stats).ok());
+    EXPECT_EQ(stats.blocks_skipped_nonfinite, 2);
+    for (size_t b : {size_t{1}, size_t{2}}) expect_block_unchanged(got, start, b);
+    EXPECT_NE(got.var.bits(0), start.var.bits(0));  // block 0 was updated
+  }
+}
+
+// The FP8 format on the gathering path (a transposed view), against the contiguous result.
+TEST(Fp8Step, ATransposedViewMatchesTheContiguousRun) {
+  const int64_t rows = 40, cols = 30;  // var [rows, cols] seen through its transpose
+  const auto n = static_cast<size_t>(rows * cols);
+  const Hyper h = fp8_hyper();
+  const State start = make_fp8_state(25, DType::kFloat32, n);
+  // The contiguous problem of the transposed tensor: element (c, r) of the view is start's r*cols+c.
+  State want = start;
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto dst = static_cast<size_t>(c * rows + r), src = static_cast<size_t>(r * cols + c);
+      want.var.f32[dst] = start.var.f32[src];
+      want.grad.f32[dst] = start.grad.f32[src];
+      want.m[dst] = start.m[src];
+      want.v[dst] = start.v[src];
+    }
+  }
+  State contiguous = want;
+  oracle_step(want, h);
+  State got = start;
+  const auto B = static_cast<int64_t>(got.absmax_m.size());
+  ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
+                  TensorView::strided(got.var.f32.data(), DType::kFloat32, {cols, rows}, {1, cols}),
+                  TensorView::strided(got.grad.f32.data(), DType::kFloat32, {cols, rows}, {1, cols}),
+                  TensorView::strided(got.m.data(), DType::kUInt8, {cols, rows}, {1, cols}),
+                  TensorView::strided(got.v.data(), DType::kUInt8, {cols, rows}, {1, cols}),
+                  TensorView::of(got.qm.data(), {0}), TensorView::of(got.qv.data(), {0}),
+                  TensorView::of(got.absmax_m.data(), {B}),
+                  TensorView::of(got.absmax_v.data(), {B}), h.step, lr_of(h), options_of(h))
+                  .ok());
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto dst = static_cast<size_t>(c * rows + r), src = static_cast<size_t>(r * cols + c);
+      contiguous.var.f32[dst] = got.var.f32[src];
+      contiguous.m[dst] = got.m[src];
+      contiguous.v[dst] = got.v[src];
+    }
+  }
+  contiguous.absmax_m = got.absmax_m;
+  contiguous.absmax_v = got.absmax_v;
+  expect_same(contiguous, want);
+}
+
+// The hazard of issue #33: 64 blocks, each with one gradient of ~1e3 beside gradients of ~1e-6,
+// half the blocks without gradient on two steps of three, lr 1e-3, 60 steps. Without the guard the
+// dynamic maps let a v code to 0 beside a non-zero m and the element jumps by m / eps; with the
+// guard (and in the FP8 format, where it is always on) no step moves an element by more than
+// about lr (the largest fp32 Adam move here is lr: |m_hat| <= sqrt(v_hat) for these gradients).
+double largest_move(const Hyper &base) {
+  const size_t n = 64 * 256;
+  State s = base.fp8() ? make_fp8_state(26, DType::kFloat32, n)
+                       : make_state(26, DType::kFloat32, n, fusekit::create_dynamic_map(true),
+                                    fusekit::create_dynamic_map(false));
+  std::fill(s.m.begin(), s.m.end(), base.fp8() ? 0 : 127);  // fresh: every moment 0
+  std::fill(s.v.begin(), s.v.end(), 0);
+  std::fill(s.absmax_m.begin(), s.absmax_m.end(), 0.0f);
+  std::fill(s.absmax_v.begin(), s.absmax_v.end(), 0.0f);
+  auto rng = rng_for(27);
+  std::uniform_real_distribution<float> tiny(0.5e-6f, 1.5e-6f), big(0.5e3f, 1.5e3f);
+  double worst = 0.0;
+  for (int64_t k = 0; k < 60; ++k) {
+    Hyper h = base;
+    h.step = k;
+    std::vector<float> g(n);
+    for (size_t b = 0; b < 64; ++b) {
+      const bool quiet = b % 2 == 1 && k % 3 != 0;
+      const size_t hot = b * 256 + rng() % 256;
+      for (size_t j = b * 256; j < (b + 1) * 256; ++j) {
+        const float sign = (rng() & 1) ? 1.0f : -1.0f;
+        g[j] = quiet ? 0.0f : sign * (j == hot ? big(rng) : tiny(rng));
+      }
+    }
+    s.grad = FloatBuf(DType::kFloat32, g);
+    const std::vector<float> before = s.var.f32;
+    EXPECT_TRUE(run_api(s, h, options_of(h)).ok());
+    for (size_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(s.var.f32[i]) - before[i]));
+    }
+  }
+  return worst;
+}
+
+TEST(LostVGuard, NoStepMovesAnElementMuchMoreThanLr) {
+  Hyper dynamic;
+  dynamic.guard = true;
+  EXPECT_LE(largest_move(dynamic), 1.1e-3);
+  EXPECT_LE(largest_move(fp8_hyper()), 1.1e-3);
+}
+
+// The hazard itself, in the state the issue found it in (element 11268 at step 4: m's code 125, v's
+// code 0, a zero gradient): without the guard the step is m / eps; with it, at most lr.
+TEST(LostVGuard, AVCodedToZeroBesideANonZeroM) {
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "dynamic maps");
+    Hyper h = fp8_hyper();
+    if (!fp8) h.format = QuantStateFormat::kDynamicMap;
+    h.step = 4;
+    State s = fp8 ? make_fp8_state(29, DType::kFloat32, 256)
+                  : make_state(29, DType::kFloat32, 256, fusekit::create_dynamic_map(true),
+                               fusekit::create_dynamic_map(false));
+    s.grad = FloatBuf(DType::kFloat32, std::vector<float>(256, 0.0f));
+    std::fill(s.m.begin(), s.m.end(), fp8 ? 0 : 127);  // m = 0 ...
+    std::fill(s.v.begin(), s.v.end(), 0);               // ... and v = 0 everywhere,
+    s.m[11] = fp8 ? 0x08 : 125;                         // but one m that is not 0:
+    s.m[12] = fp8 ? 0x7e : 255;                         // beside the block's largest m
+    s.v[12] = 0xff;                                     // and v
+    s.absmax_m[0] = 1.0f;
+    s.absmax_v[0] = 1.0f;
+    const float before = s.var.f32[11];
+    for (bool guard : {false, true}) {
+      if (fp8 && !guard) continue;  // always on in the FP8 format
+      h.guard = guard;
+      State got = s, want = s;
+      oracle_step(want, h);
+      ASSERT_TRUE(run_api(got, h, options_of(h)).ok());
+      expect_same(got, want);
+      const double move = std::fabs(static_cast<double>(got.var.f32[11]) - before);
+      if (guard) {
+        EXPECT_LE(move, h.lr) << "guarded";
+        EXPECT_GT(move, 0.0);
+      } else {
+        EXPECT_GT(move, 100 * h.lr) << "the hazard no longer shows without the guard";
+      }
+    }
+  }
+}
+
+TEST(Fp8Refusals, MapsAndFormat) {
+  State s = make_fp8_state(28, DType::kFloat32, 300);
+  const State start = s;
+  Hyper h = fp8_hyper();
+  // A map given to the FP8 format: refused at plan time, naming the map; nothing written.
+  const auto n = static_cast<int64_t>(s.var.size());
+  const auto B = static_cast<int64_t>(s.absmax_m.size());
+  Status st = fusekit::apply_adam_w_quant_step(
+      s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
+      TensorView::of(s.qm.data(), {256}), TensorView::of(s.qv.data(), {0}),
+      TensorView::of(s.absmax_m.data(), {B}), TensorView::of(s.absmax_v.data(), {B}), h.step,
+      lr_of(h), options_of(h));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("qmapM"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fp8"), std::string::npos) << st.message();
+  // A format that does not exist.
+  ApplyAdamWQuantOptions o = options_of(h);
+  o.state_format = static_cast<QuantStateFormat>(7);
+  st = run_api(s, h, o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("state_format = 7"), std::string::npos) << st.message();
+  // The dynamic format without its maps.
+  h.format = QuantStateFormat::kDynamicMap;
+  st = fusekit::apply_adam_w_quant_step(
+      s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
+      TensorView::of(s.qm.data(), {0}), TensorView::of(s.qv.data(), {0}),
+      TensorView::of(s.absmax_m.data(), {B}), TensorView::of(s.absmax_v.data(), {B}), h.step,
+      lr_of(h), options_of(h));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("qmapM must be float32 [256]"), std::string::npos) << st.message();
+  expect_same(s, start);
 }
 
 }  // namespace

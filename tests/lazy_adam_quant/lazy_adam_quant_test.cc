@@ -26,6 +26,7 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_lazy_adam_quant.h"
 #include "common/aclnn_test_util.h"
+#include "common/fp8_oracle.h"
 #include "common/half_floats.h"
 #include "common/row_groups.h"
 #include "common/simd_targets.h"
@@ -57,9 +58,22 @@ Map doubled_map(float lo, float hi) {
   return q;
 }
 
-enum class Maps { kDynamic, kLinspace, kDoubled };
+// The state of a case: codes into one of three kinds of maps, or the FP8 format (no maps;
+// docs/fp8_state.md); kDynamicGuarded is the dynamic maps with the lost-v guard.
+enum class Maps { kDynamic, kLinspace, kDoubled, kDynamicGuarded, kFp8 };
 const char *maps_name(Maps m) {
-  return m == Maps::kDynamic ? "dynamic" : m == Maps::kLinspace ? "linspace" : "doubled";
+  switch (m) {
+    case Maps::kDynamic:
+      return "dynamic";
+    case Maps::kLinspace:
+      return "linspace";
+    case Maps::kDoubled:
+      return "doubled";
+    case Maps::kDynamicGuarded:
+      return "dynamic+guard_lost_v";
+    default:
+      return "fp8";
+  }
 }
 std::pair<Map, Map> maps_of(Maps m) {
   switch (m) {
@@ -103,7 +117,10 @@ struct Case {
   Map qm, qv;
   float lr = 0.01f;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-7;
+  QuantStateFormat format = QuantStateFormat::kDynamicMap;
+  bool guard = false;  // the lost-v guard (always on in the FP8 format)
 
+  bool fp8() const { return format == QuantStateFormat::kFp8; }
   size_t at(int64_t r, int64_t j) const { return static_cast<size_t>(r * stride + j); }
   size_t bat(int64_t r, int64_t b) const { return static_cast<size_t>(r * bstride + b); }
 
@@ -116,8 +133,8 @@ struct Case {
             TensorView::strided(m.data(), DType::kUInt8, {rows, dim}, {stride, 1}),
             TensorView::strided(v.data(), DType::kUInt8, {rows, dim}, {stride, 1}),
             var_view(),
-            TensorView::of(qm.data(), {256}),
-            TensorView::of(qv.data(), {256}),
+            TensorView::of(qm.data(), {fp8() ? 0 : 256}),
+            TensorView::of(qv.data(), {fp8() ? 0 : 256}),
             TensorView::strided(am.data(), DType::kFloat32, {rows, blocks}, {bstride, 1}),
             TensorView::strided(av.data(), DType::kFloat32, {rows, blocks}, {bstride, 1})};
   }
@@ -147,12 +164,27 @@ Case make_case(uint64_t salt, Shape sh, DType t = DType::kFloat32, DType gt = DT
       gt, uniform(rng, static_cast<size_t>(std::max<int64_t>(c.n * c.dim, 1)), -gmax, gmax));
   c.m.resize(cells);
   c.v.resize(cells);
-  for (auto &x : c.m) x = static_cast<uint8_t>(rng() & 0xff);
+  c.format = maps == Maps::kFp8 ? QuantStateFormat::kFp8 : QuantStateFormat::kDynamicMap;
+  c.guard = maps == Maps::kFp8 || maps == Maps::kDynamicGuarded;
+  for (auto &x : c.m) {
+    x = static_cast<uint8_t>(rng() & 0xff);
+    if (c.fp8() && (x & 0x7f) == 0x7f) x ^= 1;  // not E4M3's NaN codes: finite state
+  }
   for (auto &x : c.v) x = static_cast<uint8_t>(rng() & 0xff);
   const auto bcells = static_cast<size_t>(std::max<int64_t>(c.rows * c.bstride, 1));
+  // As scales (FP8) these give m up to 224 and sqrt(v) up to 149: larger, but the same shapes.
   c.am = uniform(rng, bcells, 0.001f, 0.5f);
   c.av = uniform(rng, bcells, 1e-6f, 0.3f);
   if (c.rows > 3 && c.blocks > 0) c.am[c.bat(2, 0)] = 0.0f;  // an all-zero moment block
+  if (c.rows > 4 && c.blocks > 0) c.av[c.bat(3, 0)] = 0.0f;  // v all zero beside m: the guard's
+  if (c.fp8()) {  // the FP8 codes' extremes: below the first normal, saturated, near 2^-96
+    for (int64_t j = 0; j < std::min<int64_t>(c.dim, 8) && c.rows > 6; ++j) {
+      c.m[c.at(5, j)] = static_cast<uint8_t>(j);  // 0..7: E4M3 below its first normal
+      c.v[c.at(5, j)] = static_cast<uint8_t>(j);
+      c.m[c.at(6, j)] = static_cast<uint8_t>(0x7e | (j & 1) << 7);  // +-448
+    }
+    if (c.rows > 7 && c.blocks > 0) c.am[c.bat(7, 0)] = 0x1p-100f;  // m dequantized ~2^-92
+  }
   std::tie(c.qm, c.qv) = maps_of(maps);
   std::uniform_int_distribution<int64_t> row_dist(0, std::max<int64_t>(c.rows - 1, 0));
   std::uniform_real_distribution<double> coin(0, 1);
@@ -199,15 +231,23 @@ OracleResult oracle(Case &c) {
     for (int64_t j = 0; j < D; ++j) {
       const size_t u = static_cast<size_t>(j);
       const int64_t b = j / 256;
-      float m = c.qm[c.m[c.at(row, j)]] * c.am[c.bat(row, b)];
-      float v = c.qv[c.v[c.at(row, j)]] * c.av[c.bat(row, b)];
+      float m, v;
+      if (c.fp8()) {
+        m = kOracleE4M3.decode(c.m[c.at(row, j)]) * c.am[c.bat(row, b)];
+        const float s = kOracleUE4M4.decode(c.v[c.at(row, j)]) * c.av[c.bat(row, b)];
+        v = s * s;
+      } else {
+        m = c.qm[c.m[c.at(row, j)]] * c.am[c.bat(row, b)];
+        v = c.qv[c.v[c.at(row, j)]] * c.av[c.bat(row, b)];
+      }
+      if (c.guard && v == 0.0f && m != 0.0f) v = m * m;  // the lost-v guard
       m = m * b1 + g[u] * omb1;
       v = std::fabs(v * b2 + (g[u] * g[u]) * omb2);
       const float d = std::sqrt(v) + e;
       const float w = c.var.get(c.at(row, j)) + (m * -c.lr) / d;
       finite = finite && std::isfinite(m) && std::isfinite(v) && std::isfinite(stored(c.dtype, w));
       mm[u] = m;
-      vv[u] = v;
+      vv[u] = c.fp8() ? std::sqrt(v) : v;  // the FP8 format codes sqrt(v)
       ww[u] = w;
     }
     if (!finite) {
@@ -218,6 +258,14 @@ OracleResult oracle(Case &c) {
     for (int64_t j = 0; j < D; ++j) c.var.set(c.at(row, j), ww[static_cast<size_t>(j)]);
     for (int64_t b = 0; b * 256 < D; ++b) {
       const int64_t lo = b * 256, hi = std::min<int64_t>(D, lo + 256);
+      if (c.fp8()) {
+        uint8_t codes[256];
+        c.am[c.bat(row, b)] = kOracleE4M3.code_block(&mm[static_cast<size_t>(lo)], hi - lo, codes);
+        for (int64_t j = lo; j < hi; ++j) c.m[c.at(row, j)] = codes[j - lo];
+        c.av[c.bat(row, b)] = kOracleUE4M4.code_block(&vv[static_cast<size_t>(lo)], hi - lo, codes);
+        for (int64_t j = lo; j < hi; ++j) c.v[c.at(row, j)] = codes[j - lo];
+        continue;
+      }
       float am = 0.0f, av = 0.0f;
       for (int64_t j = lo; j < hi; ++j) {
         am = std::max(am, std::fabs(mm[static_cast<size_t>(j)]));
@@ -304,6 +352,8 @@ LazyAdamQuantOptions options_of(const Case &c, const Way *w = nullptr, int threa
   o.beta2 = c.beta2;
   o.epsilon = c.eps;
   o.num_threads = threads;
+  o.state_format = c.format;
+  o.guard_lost_v = c.guard;
   if (w != nullptr) {
     o.implementation = w->impl.c_str();
   }
@@ -360,7 +410,8 @@ TEST_P(LazyAdamQuantDims, EveryImplementationDtypeMapAndTargetMatchesTheOracleBi
                          {DType::kBFloat16, DType::kFloat32},
                          {DType::kFloat16, DType::kFloat16},
                          {DType::kFloat16, DType::kFloat32}};
-  for (Maps maps : {Maps::kDynamic, Maps::kLinspace, Maps::kDoubled}) {
+  for (Maps maps :
+       {Maps::kDynamic, Maps::kLinspace, Maps::kDoubled, Maps::kDynamicGuarded, Maps::kFp8}) {
     SCOPED_TRACE(maps_name(maps));
     for (const Types &ty : types) {
       SCOPED_TRACE(std::string(fusekit::dtype_name(ty.t)) + " table, " + fusekit::dtype_name(ty.g) +
@@ -372,6 +423,13 @@ TEST_P(LazyAdamQuantDims, EveryImplementationDtypeMapAndTargetMatchesTheOracleBi
       ASSERT_EQ(expected.skipped, 0);
       for (const Way &w : ways()) {
         SCOPED_TRACE(way_name(w));
+        if (maps == Maps::kFp8 && w.impl == "cpu_avx512vbmi") {  // its kernel is for maps only
+          Case got = make_case(salt, sh, ty.t, ty.g, maps);
+          const Status st = run_cpp(got, options_of(got, &w));
+          EXPECT_EQ(st.code(), StatusCode::kNoImplementation) << st.message();
+          EXPECT_NE(st.message().find("fp8"), std::string::npos) << st.message();
+          continue;
+        }
         auto one = [&](DType it) {
           Case got = make_case(salt, sh, ty.t, ty.g, maps);
           LazyAdamQuantStats stats;
