@@ -1,9 +1,9 @@
-// fusekit internal, per Highway target: the FP8 state format's codes on vectors (docs/fp8_state.md),
-// the operations of common/fp8_codes.h lane by lane (bitwise the same results): decoding is a
-// shift, an add and a select (an int-to-float conversion for the codes below the first normal, so
-// that no subnormal float is ever an operand); encoding rounds the float32 bits to the format's
-// mantissa width (a float32 addition of a power of two below the first normal). No table, no
-// gather, no permute.
+// fusekit internal, per Highway target: the FP8 state format's codes on vectors
+// (docs/fp8_state.md), the operations of common/fp8_codes.h lane by lane (bitwise the same
+// results): decoding is a shift, an add and a select (an int-to-float conversion for the codes
+// below the first normal, so that no subnormal float is ever an operand); encoding rounds the
+// float32 bits to the format's mantissa width (a float32 addition of a power of two below the first
+// normal). No table, no gather, no permute.
 //
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
@@ -58,7 +58,8 @@ HWY_INLINE hn::Vec<DI> Fp8Code(DF df, DI di, hn::Vec<DF> x) {
   const auto normal = hn::Sub(hn::ShiftRight<S>(rounded), hn::Set(di, 120 << M));
   auto code = hn::IfThenElse(hn::RebindMask(di, hn::Lt(a, hn::Set(df, 0x1p-6f))), sub, normal);
   code = hn::Min(code, hn::Set(di, static_cast<int32_t>(F.max_code)));
-  if constexpr (F.is_signed) code = hn::Or(code, hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80)));
+  if constexpr (F.is_signed)
+    code = hn::Or(code, hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80)));
   return code;
 }
 

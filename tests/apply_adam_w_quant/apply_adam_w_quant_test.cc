@@ -224,9 +224,8 @@ Status run_api(State &s, const Hyper &h, ApplyAdamWQuantOptions o,
   return fusekit::apply_adam_w_quant_step(
       s.var.view(), s.grad.view(), TensorView::of(s.m.data(), {n}), TensorView::of(s.v.data(), {n}),
       TensorView::of(s.qm.data(), {h.fp8() ? 0 : 256}),
-      TensorView::of(s.qv.data(), {h.fp8() ? 0 : 256}),
-      TensorView::of(s.absmax_m.data(), {blocks}), TensorView::of(s.absmax_v.data(), {blocks}),
-      h.step, lr_of(h), o, stats);
+      TensorView::of(s.qv.data(), {h.fp8() ? 0 : 256}), TensorView::of(s.absmax_m.data(), {blocks}),
+      TensorView::of(s.absmax_v.data(), {blocks}), h.step, lr_of(h), o, stats);
 }
 
 ApplyAdamWQuantScalars scalars_at(int64_t step) {
@@ -1889,7 +1888,8 @@ TEST(Fp8Step, ATransposedViewMatchesTheContiguousRun) {
   const auto n = static_cast<size_t>(rows * cols);
   const Hyper h = fp8_hyper();
   const State start = make_fp8_state(25, DType::kFloat32, n);
-  // The contiguous problem of the transposed tensor: element (c, r) of the view is start's r*cols+c.
+  // The contiguous problem of the transposed tensor: element (c, r) of the view is start's
+  // r*cols+c.
   State want = start;
   for (int64_t c = 0; c < cols; ++c) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -1904,15 +1904,16 @@ TEST(Fp8Step, ATransposedViewMatchesTheContiguousRun) {
   oracle_step(want, h);
   State got = start;
   const auto B = static_cast<int64_t>(got.absmax_m.size());
-  ASSERT_TRUE(fusekit::apply_adam_w_quant_step(
-                  TensorView::strided(got.var.f32.data(), DType::kFloat32, {cols, rows}, {1, cols}),
-                  TensorView::strided(got.grad.f32.data(), DType::kFloat32, {cols, rows}, {1, cols}),
-                  TensorView::strided(got.m.data(), DType::kUInt8, {cols, rows}, {1, cols}),
-                  TensorView::strided(got.v.data(), DType::kUInt8, {cols, rows}, {1, cols}),
-                  TensorView::of(got.qm.data(), {0}), TensorView::of(got.qv.data(), {0}),
-                  TensorView::of(got.absmax_m.data(), {B}),
-                  TensorView::of(got.absmax_v.data(), {B}), h.step, lr_of(h), options_of(h))
-                  .ok());
+  ASSERT_TRUE(
+      fusekit::apply_adam_w_quant_step(
+          TensorView::strided(got.var.f32.data(), DType::kFloat32, {cols, rows}, {1, cols}),
+          TensorView::strided(got.grad.f32.data(), DType::kFloat32, {cols, rows}, {1, cols}),
+          TensorView::strided(got.m.data(), DType::kUInt8, {cols, rows}, {1, cols}),
+          TensorView::strided(got.v.data(), DType::kUInt8, {cols, rows}, {1, cols}),
+          TensorView::of(got.qm.data(), {0}), TensorView::of(got.qv.data(), {0}),
+          TensorView::of(got.absmax_m.data(), {B}), TensorView::of(got.absmax_v.data(), {B}),
+          h.step, lr_of(h), options_of(h))
+          .ok());
   for (int64_t c = 0; c < cols; ++c) {
     for (int64_t r = 0; r < rows; ++r) {
       const auto dst = static_cast<size_t>(c * rows + r), src = static_cast<size_t>(r * cols + c);
@@ -1985,10 +1986,10 @@ TEST(LostVGuard, AVCodedToZeroBesideANonZeroM) {
                                fusekit::create_dynamic_map(false));
     s.grad = FloatBuf(DType::kFloat32, std::vector<float>(256, 0.0f));
     std::fill(s.m.begin(), s.m.end(), fp8 ? 0 : 127);  // m = 0 ...
-    std::fill(s.v.begin(), s.v.end(), 0);               // ... and v = 0 everywhere,
-    s.m[11] = fp8 ? 0x08 : 125;                         // but one m that is not 0:
-    s.m[12] = fp8 ? 0x7e : 255;                         // beside the block's largest m
-    s.v[12] = 0xff;                                     // and v
+    std::fill(s.v.begin(), s.v.end(), 0);              // ... and v = 0 everywhere,
+    s.m[11] = fp8 ? 0x08 : 125;                        // but one m that is not 0:
+    s.m[12] = fp8 ? 0x7e : 255;                        // beside the block's largest m
+    s.v[12] = 0xff;                                    // and v
     s.absmax_m[0] = 1.0f;
     s.absmax_v[0] = 1.0f;
     const float before = s.var.f32[11];

@@ -31,8 +31,8 @@ void check_format(const fusekit::testing::Fp8Oracle &o, uint64_t salt) {
       EXPECT_TRUE(std::isnan(got)) << "code " << c;
       continue;
     }
-    EXPECT_TRUE(fusekit::testing::bits_equal(got, want)) << "code " << c << ": " << got << " vs "
-                                                         << want;
+    EXPECT_TRUE(fusekit::testing::bits_equal(got, want))
+        << "code " << c << ": " << got << " vs " << want;
     EXPECT_EQ(fusekit::fp8_code<F>(got), code) << "code " << c;
   }
   // Midpoints between neighbouring magnitudes, and a hair either side of each (exact in float32).
