@@ -87,10 +87,33 @@ __all__ = [
     "empty_host",
     "huge_page_backed_bytes",
     "BLOCK_SIZE",
+    "STATE_FORMATS",
 ]
 
 #: Elements per absmax block of the 8-bit moments (the only size the operator takes).
 BLOCK_SIZE = 256
+
+#: The 8-bit optimizers' state formats (docs/fp8_state.md): "dynamic_map", codes into the 256-entry
+#: maps (bitsandbytes' format, the default), and "fp8", m as E4M3 and sqrt(v) as UE4M4 with one
+#: scale per block (no maps: pass ``None`` for ``qmap_m`` and ``qmap_v``).
+STATE_FORMATS = ("dynamic_map", "fp8")
+
+
+def _state_attrs(fn: str, state_format: str, guard_lost_v: bool) -> dict:
+    """The binding's attributes for a state format and the lost-v guard, or a refusal naming the
+    argument."""
+    if state_format not in STATE_FORMATS:
+        raise _refuse(f"{fn}: state_format = {state_format!r} must be one of {STATE_FORMATS}")
+    return dict(state_format=STATE_FORMATS.index(state_format), guard_lost_v=int(bool(guard_lost_v)))
+
+
+def _maps(state_format: str, qmap_m: Optional[Array], qmap_v: Optional[Array]) -> tuple:
+    """The maps to hand the operator: as given, or empty ones for the fp8 format's None."""
+    if state_format == "fp8":
+        import numpy as np
+        empty = np.empty(0, np.float32)
+        return (empty if qmap_m is None else qmap_m, empty if qmap_v is None else qmap_v)
+    return qmap_m, qmap_v
 
 
 def _refuse(message: str) -> Error:
@@ -154,9 +177,10 @@ def lazy_adam(var: Array, grad: Array, indices: Array, m: Array, v: Array, *, st
                               implementation, 0, lr_t)
 
 
-def lazy_adam_quant(var: Array, grad: Array, indices: Array, m: Array, v: Array, qmap_m: Array, qmap_v: Array, absmax_m: Array, absmax_v: Array, *, step: int,
+def lazy_adam_quant(var: Array, grad: Array, indices: Array, m: Array, v: Array, qmap_m: Optional[Array], qmap_v: Optional[Array], absmax_m: Array, absmax_v: Array, *, step: int,
                     lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                    eps: float = 1e-8, num_threads: int = 0,
+                    eps: float = 1e-8, state_format: str = "dynamic_map",
+                    guard_lost_v: bool = False, num_threads: int = 0,
                     implementation: Optional[str] = None) -> LazyAdamQuantStats:
     """One LazyAdam step with 8-bit moments, in place on the touched rows of ``var`` (float32,
     float16 or bfloat16 [R, D]), ``m``, ``v`` (uint8 codes [R, D]), ``absmax_m`` and
@@ -166,13 +190,19 @@ def lazy_adam_quant(var: Array, grad: Array, indices: Array, m: Array, v: Array,
     ``qmap_m``/``qmap_v``: :func:`create_dynamic_map` (signed / unsigned). ``step`` and ``lr``
     as for :func:`lazy_adam` (the raw rate; the operator gets the bias-corrected one). Per touched
     row: dequantize, LazyAdam's float32 update, requantize with ApplyAdamWQuant's nearest-code
-    rule. See docs/lazy_adam_quant.md. Returns :class:`LazyAdamQuantStats`.
+    rule. See docs/lazy_adam_quant.md. ``state_format="fp8"``: m as E4M3 and sqrt(v) as UE4M4,
+    ``absmax_m``/``absmax_v`` hold the blocks' scales, the maps are None (docs/fp8_state.md);
+    ``guard_lost_v``: the lost-v guard in the dynamic-map format (always on in fp8). Returns
+    :class:`LazyAdamQuantStats`.
     """
     fn = "fusekit.lazy_adam_quant"
+    attrs = _state_attrs(fn, state_format, guard_lost_v)
+    qmap_m, qmap_v = _maps(state_format, qmap_m, qmap_v)
     lr_t = bias_corrected_lr(lr, _step(fn, step), beta1, beta2)
     return _fusekit.lazy_adam_quant(
         (grad, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v),
-        dict(beta1=beta1, beta2=beta2, eps=eps), int(num_threads), implementation, 0, lr_t)
+        dict(beta1=beta1, beta2=beta2, eps=eps, **attrs), int(num_threads), implementation, 0,
+        lr_t)
 
 
 def adam_w(var: Array, grad: Array, m: Array, v: Array, *, step: int, lr: float = 1e-3, beta1: float = 0.9,
@@ -194,23 +224,30 @@ def adam_w(var: Array, grad: Array, m: Array, v: Array, *, step: int, lr: float 
                            _step("fusekit.adam_w", step), float(lr))
 
 
-def apply_adam_w_quant(var: Array, grad: Array, m: Array, v: Array, qmap_m: Array, qmap_v: Array, absmax_m: Array, absmax_v: Array, *, step: int,
+def apply_adam_w_quant(var: Array, grad: Array, m: Array, v: Array, qmap_m: Optional[Array], qmap_v: Optional[Array], absmax_m: Array, absmax_v: Array, *, step: int,
                        lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                        eps: float = 1e-8, weight_decay: float = 0.0, gnorm_scale: float = 1.0,
-                       block_size: int = BLOCK_SIZE, num_threads: int = 0,
+                       block_size: int = BLOCK_SIZE, state_format: str = "dynamic_map",
+                       guard_lost_v: bool = False, num_threads: int = 0,
                        implementation: Optional[str] = None) -> ApplyAdamWQuantStats:
     """One AdamW step on 8-bit block-wise moments, in place.
 
     ``var``, ``grad``: float32, float16 or bfloat16, n elements; ``m``, ``v``: uint8 codes of
     var's shape; ``qmap_m``, ``qmap_v``: float32 [256] (:func:`create_dynamic_map`); ``absmax_m``,
     ``absmax_v``: float32 [ceil(n / 256)]. ``step`` counts from 0; ``lr`` is the raw learning rate,
-    as for :func:`adam_w`. See docs/apply_adam_w_quant.md. Returns :class:`ApplyAdamWQuantStats`.
+    as for :func:`adam_w`. See docs/apply_adam_w_quant.md. ``state_format="fp8"``: m as E4M3 and
+    sqrt(v) as UE4M4, ``absmax_m``/``absmax_v`` hold the blocks' scales, the maps are None
+    (docs/fp8_state.md); ``guard_lost_v``: the lost-v guard in the dynamic-map format (always on in
+    fp8). Returns :class:`ApplyAdamWQuantStats`.
     """
+    fn = "fusekit.apply_adam_w_quant"
+    attrs = _state_attrs(fn, state_format, guard_lost_v)
+    qmap_m, qmap_v = _maps(state_format, qmap_m, qmap_v)
     return _fusekit.apply_adam_w_quant(
         (var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v),
         dict(beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
-             gnorm_scale=gnorm_scale, block_size=block_size), int(num_threads), implementation,
-        _step("fusekit.apply_adam_w_quant", step), float(lr))
+             gnorm_scale=gnorm_scale, block_size=block_size, **attrs), int(num_threads),
+        implementation, _step(fn, step), float(lr))
 
 
 def add_lora(y: Array, x: Array, weight_b: Array, indices: Array,

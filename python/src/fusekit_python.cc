@@ -339,6 +339,21 @@ struct IntAttr {
 template <class Op>
 struct Binding;  // one per operator
 
+// The 8-bit optimizers' state format and lost-v guard (docs/fp8_state.md), shared by their
+// bindings: state_format 0 (the dynamic maps) or 1 (fp8); guard_lost_v 0 or 1.
+template <class Options>
+const char *set_state_format(Options &o, int64_t value) {
+  if (value != 0 && value != 1) return "must be 0 (dynamic_map) or 1 (fp8)";
+  o.state_format = value == 1 ? QuantStateFormat::kFp8 : QuantStateFormat::kDynamicMap;
+  return nullptr;
+}
+template <class Options>
+const char *set_guard_lost_v(Options &o, int64_t value) {
+  if (value != 0 && value != 1) return "must be 0 (off) or 1 (on)";
+  o.guard_lost_v = value == 1;
+  return nullptr;
+}
+
 template <>
 struct Binding<LazyAdam> {
   using Problem = LazyAdamProblem;
@@ -380,7 +395,9 @@ struct Binding<LazyAdamQuant> {
   static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
                                                    {"beta2", &Options::beta2},
                                                    {"eps", &Options::epsilon, "epsilon"}};
-  static constexpr std::span<const IntAttr<Options>> kInts = {};
+  static constexpr IntAttr<Options> kInts[] = {
+      {"state_format", nullptr, nullptr, &set_state_format<Options>},
+      {"guard_lost_v", nullptr, nullptr, &set_guard_lost_v<Options>}};
   static Tensors tensors(const TensorView *v) {
     return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
   }
@@ -450,7 +467,10 @@ struct Binding<ApplyAdamWQuant> {
       {"weight_decay", &Options::weight_decay, "weightDecay"},
       {"eps", &Options::eps},
       {"gnorm_scale", &Options::gnorm_scale, "gnormScale"}};
-  static constexpr IntAttr<Options> kInts[] = {{"block_size", &Options::block_size, "blockSize"}};
+  static constexpr IntAttr<Options> kInts[] = {
+      {"block_size", &Options::block_size, "blockSize"},
+      {"state_format", nullptr, nullptr, &set_state_format<Options>},
+      {"guard_lost_v", nullptr, nullptr, &set_guard_lost_v<Options>}};
   static Tensors tensors(const TensorView *v) {
     return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   }
