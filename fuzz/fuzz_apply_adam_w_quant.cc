@@ -24,6 +24,7 @@ struct Case {
   fz::TensorSpec t[kNumArgs];
   double lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm = 0;
   uint8_t qmode = 0;
+  uint8_t format = 0;  // the C++ API's pass: even, the FP8 format; odd, the guarded dynamic maps
   int64_t block = 0;
   fz::Phases ph;
 };
@@ -75,6 +76,7 @@ void decode_into(fz::Input &in, Case *c) {
   c->qmode = in.u8("quantMode");
   c->block = fz::decode_int(in, "blockSize", 256);
   c->ph = fz::decode_phases(in);
+  c->format = in.u8("stateFormat");
 }
 void decode_only(fz::Input &in) {
   Case c;
@@ -168,6 +170,27 @@ void run_one(const uint8_t *data, size_t size) {
   scalars.lr = static_cast<float>(c.lr);
   fz::expect_reference<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
       w, copies, tensors, o, scalars, outputs, "aclnnApplyAdamWQuant");
+
+  // The FP8 state format (the maps as empty views; the codes, absmax and step as drawn, NaN codes
+  // and non-finite scales included) or the dynamic maps with the lost-v guard, through the C++
+  // API: the plan's implementation and the reference agree.
+  o.state_format =
+      c.format % 2 == 0 ? fusekit::QuantStateFormat::kFp8 : fusekit::QuantStateFormat::kDynamicMap;
+  o.guard_lost_v = true;
+  const bool fp8 = o.state_format == fusekit::QuantStateFormat::kFp8;
+  fz::expect_implementations_agree<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
+      w, o,
+      [&](std::vector<std::unique_ptr<fz::Buffer>> &b) {
+        fusekit::TensorView qm = w.view(kQm, b), qv = w.view(kQv, b);
+        if (fp8) qm.shape[0] = qv.shape[0] = 0;
+        fusekit::ApplyAdamWQuantScalars sc = scalars;
+        sc.step_tensor = w.view(kStep, b);
+        return std::pair{
+            fusekit::ApplyAdamWQuantTensors{w.view(kVar, b), w.view(kGrad, b), w.view(kM, b),
+                                            w.view(kV, b), qm, qv, w.view(kAm, b), w.view(kAv, b)},
+            sc};
+      },
+      fp8 ? "ApplyAdamWQuant (fp8)" : "ApplyAdamWQuant (dynamic maps, guard_lost_v)");
 }
 
 std::vector<fz::Seed> seeds() {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -492,6 +493,37 @@ void expect_reference(World &w, std::vector<std::unique_ptr<Buffer>> &copies,
   FZ_CHECK(s.ok(), "%s succeeded but the C++ reference refused: %s", op, s.message().c_str());
   w.expect_same_as(copies, outputs,
                    (std::string(op) + " against the reference implementation").c_str());
+}
+
+// Options the aclnn face cannot reach (the 8-bit optimizers' FP8 state format and lost-v guard):
+// the implementation a plan picks with `o` and the reference implementation (one thread), each on
+// its own copy of the buffers as at the snapshot, give the same bytes everywhere or the same
+// refusal. `bind(buffers)` gives the tensors and scalars over those buffers.
+template <class Plan, class Problem, class Options, class Bind>
+void expect_implementations_agree(const World &w, Options o, Bind &&bind, const char *what) {
+  auto run = [&](std::vector<std::unique_ptr<Buffer>> &bufs, const Options &opt) {
+    const auto [tensors, scalars] = bind(bufs);
+    Problem problem;
+    fusekit::Status s = Problem::make(tensors, opt, &problem);
+    if (s.ok()) s = problem.check(tensors);
+    Plan plan;
+    if (s.ok()) s = Plan::plan(problem, opt, &plan);
+    std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
+    if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
+    return s;
+  };
+  auto fast = w.copies(), ref = w.copies();
+  const fusekit::Status a = run(fast, o);
+  o.kernel = fusekit::KernelChoice::kReference;
+  o.num_threads = 1;
+  const fusekit::Status b = run(ref, o);
+  FZ_CHECK(a.code() == b.code(), "%s: the plan's implementation says \"%s\", the reference \"%s\"",
+           what, a.message().c_str(), b.message().c_str());
+  for (size_t i = 0; i < fast.size(); ++i) {
+    FZ_CHECK(fast[i]->size == ref[i]->size &&
+                 std::memcmp(fast[i]->payload(), ref[i]->payload(), fast[i]->size) == 0,
+             "%s: buffer %zu differs between the plan's implementation and the reference", what, i);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ enum Arg { kGrad, kIdx, kM, kV, kVar, kQm, kQv, kAm, kAv, kLr, kNumArgs };
 struct Case {
   fz::TensorSpec t[kNumArgs];
   double beta1 = 0, beta2 = 0, eps = 0;
+  uint8_t format = 0;  // the C++ API's pass: even, the FP8 format; odd, the guarded dynamic maps
   fz::Phases ph;
 };
 
@@ -51,6 +52,7 @@ void decode_into(fz::Input &in, Case *c) {
   c->beta2 = fz::decode_double(in, "beta2", 0.999);
   c->eps = fz::decode_double(in, "epsilon", 1e-7);
   c->ph = fz::decode_phases(in);
+  c->format = in.u8("stateFormat");
 }
 void decode_only(fz::Input &in) {
   Case c;
@@ -158,6 +160,27 @@ void run_one(const uint8_t *data, size_t size) {
   scalars.lr_tensor = w.view(kLr, copies);
   fz::expect_reference<fusekit::LazyAdamQuant, fusekit::LazyAdamQuantProblem>(
       w, copies, tensors, o, scalars, outputs, "aclnnLazyAdamQuant");
+
+  // The FP8 state format (the maps as empty views; codes and scales as drawn, NaN codes and
+  // non-finite scales included) or the dynamic maps with the lost-v guard, through the C++ API:
+  // the plan's implementation and the reference agree.
+  o.state_format =
+      c.format % 2 == 0 ? fusekit::QuantStateFormat::kFp8 : fusekit::QuantStateFormat::kDynamicMap;
+  o.guard_lost_v = true;
+  const bool fp8 = o.state_format == fusekit::QuantStateFormat::kFp8;
+  fz::expect_implementations_agree<fusekit::LazyAdamQuant, fusekit::LazyAdamQuantProblem>(
+      w, o,
+      [&](std::vector<std::unique_ptr<fz::Buffer>> &b) {
+        fusekit::TensorView qm = w.view(kQm, b), qv = w.view(kQv, b);
+        if (fp8) qm.shape[0] = qv.shape[0] = 0;
+        fusekit::LazyAdamQuantScalars sc;
+        sc.lr_tensor = w.view(kLr, b);
+        return std::pair{fusekit::LazyAdamQuantTensors{
+                             w.view(kGrad, b), w.view(kIdx, b), w.view(kM, b), w.view(kV, b),
+                             w.view(kVar, b), qm, qv, w.view(kAm, b), w.view(kAv, b)},
+                         sc};
+      },
+      fp8 ? "LazyAdamQuant (fp8)" : "LazyAdamQuant (dynamic maps, guard_lost_v)");
 }
 
 std::vector<fz::Seed> seeds() {
