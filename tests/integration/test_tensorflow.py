@@ -23,6 +23,7 @@ Random inputs from recorded seeds (SEED), with duplicate and negative indices; n
 """
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -696,22 +697,27 @@ def test_resource_quant_op_state_format_refusals():
         assert_bitwise(got.numpy(), exp, f"refused: {name} unchanged")
 
 
-def test_keras_8bit_sparse_and_dense_steps_against_golden():
-    """The 8-bit table against the golden over sparse steps (duplicates), then a dense step (every
-    row); a small variable beside it keeps float32 state and is stepped as LazyAdam steps it."""
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_keras_8bit_sparse_and_dense_steps_against_golden(state_format):
+    """The 8-bit table against the golden of its format (the lost-v guard on in both) over sparse
+    steps (duplicates), then a dense step (every row); a small variable beside it keeps float32
+    state and is stepped as LazyAdam steps it."""
     rng = np.random.default_rng(SEED + 81)
     rows, dim, n = 130, 40, 90  # 5,200 elements: 8-bit (>= 4096)
     _, _, var, _, _, grad, indices = random_quant_case(rng, rows, dim, n)
     indices = np.where(indices < 0, 0, indices)  # IndexedSlices from Keras have no padding
     small0 = rng.standard_normal((10, 4)).astype(np.float32)
     table, small, twin = keras.Variable(var), keras.Variable(small0), keras.Variable(small0)
-    opt, float_opt = ft.LazyAdam8bit(learning_rate=0.02), ft.LazyAdam(learning_rate=0.02)
+    opt = ft.LazyAdam8bit(learning_rate=0.02, state_format=state_format)
+    float_opt = ft.LazyAdam(learning_rate=0.02)
     opt.build([table, small])
     float_opt.build([twin])
     kinds = [(x.dtype, tuple(x.shape)) for x in opt.variables if "iteration" not in x.path
              and "learning_rate" not in x.path]
     assert kinds == [("uint8", (rows, 2, dim)), ("float32", (rows, 2, 1)),
                      ("float32", (10, 4)), ("float32", (10, 4))], kinds
+    scales = "scales" if state_format == "fp8" else "absmax"
+    assert opt._absmax[0].path.endswith(f"_moment_{scales}"), opt._absmax[0].path
     state = (np.zeros((rows, dim), np.uint8), np.zeros((rows, dim), np.uint8), var,
              np.zeros((rows, 1), np.float32), np.zeros((rows, 1), np.float32))
     small_grad = rng.standard_normal((10, 4)).astype(np.float32)
@@ -725,21 +731,55 @@ def test_keras_8bit_sparse_and_dense_steps_against_golden():
             g, gi = tf.constant(gv), np.arange(rows)
         opt.apply_gradients([(g, table), (tf.constant(small_grad), small)])
         float_opt.apply_gradients([(tf.constant(small_grad), twin)])
-        state = quant_golden(gv, gi, *state, lr_t)
+        state = state_golden(state_format, gv, gi, *state, lr_t)
         got = unpacked(table.numpy(), opt._codes[0].numpy(), opt._absmax[0].numpy())
         for name, x, exp in zip(QUANT_NAMES, got, state):
             assert_bitwise(np.ascontiguousarray(x), exp, f"step {k} {name}")
         assert_bitwise(small.numpy(), twin.numpy(), f"step {k}: the small variable as LazyAdam")
 
 
-def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_keras_8bit_lost_v_guard_on(state_format):
+    """LazyAdam8bit runs the lost-v guard in both formats: a row whose v decodes to zero beside a
+    nonzero m, in the batch with a zero gradient, moves by about lr (0.9 lr_t), not by m / eps as
+    the unguarded dynamic-map op moves it."""
+    rows, dim, lr = 4, 32, 1e-3
+    var = np.ones((rows, dim), np.float32)
+    if state_format == "fp8":
+        m_code, v_code, m_scale = 0x38, 0, 0.1  # m = 1.0 * 0.1; sqrt(v) decodes to 0
+    else:
+        m_code, v_code, m_scale = 255, 0, 0.1  # m = QM[255] * 0.1 = 0.1; QV[0] = 0
+    codes = np.zeros((rows, 2, dim), np.uint8)
+    codes[:, 0], codes[:, 1] = m_code, v_code
+    scales = np.zeros((rows, 2, 1), np.float32)
+    scales[:, 0], scales[:, 1] = m_scale, 0.01
+    grad = tf.IndexedSlices(tf.zeros((1, dim)), tf.constant([2]), tf.constant([rows, dim]))
+    table = keras.Variable(var)
+    opt = ft.LazyAdam8bit(learning_rate=lr, min_8bit_size=0, state_format=state_format)
+    opt.build([table])
+    opt._codes[0].assign(codes)
+    opt._absmax[0].assign(scales)
+    opt.apply_gradients([(grad, table)])
+    moved = np.abs(table.numpy() - var)
+    assert moved[[0, 1, 3]].max() == 0, "rows outside the batch"
+    assert 0.5 * 0.9 * lr * np.sqrt(1 - B2) / (1 - B1) < moved[2].min()
+    assert moved[2].max() <= lr, moved[2].max()
+    if state_format == "dynamic_map":  # the same step without the guard: m / eps
+        t2, c2, a2 = tf.Variable(var), tf.Variable(codes), tf.Variable(scales)
+        ft.resource_sparse_apply_lazy_adam_quant(t2, c2, a2, QM, QV, lr, tf.zeros((1, dim)),
+                                                 tf.constant([2]))
+        assert np.abs(t2.numpy() - var)[2].min() > 100 * lr
+
+
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path, state_format):
     rows, dim = 400, 16  # 6,400 elements: 8-bit
     rng = np.random.default_rng(SEED + 91)
     x = rng.integers(0, rows // 2, (256, 3)).astype(np.int32)  # rows >= 200 are never in a batch
     y = (x.sum(axis=1, keepdims=True) % 7 / 7.0).astype(np.float32)
     model = embedding_model(rows, dim, SEED)
     w0 = model.get_layer("table").embeddings.numpy()
-    model.compile(ft.LazyAdam8bit(learning_rate=0.01), "mse")
+    model.compile(ft.LazyAdam8bit(learning_rate=0.01, state_format=state_format), "mse")
     history = model.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < losses[0], losses
@@ -754,6 +794,7 @@ def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
     model.save(path)
     loaded = keras.models.load_model(path)
     assert type(loaded.optimizer) is ft.LazyAdam8bit
+    assert loaded.optimizer.state_format == state_format
     assert int(loaded.optimizer.iterations) == 32
     for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
         assert a.dtype == b.dtype
@@ -762,18 +803,34 @@ def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
         mdl.fit(x[:64], y[:64], batch_size=32, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(model.weights, loaded.weights):
         assert_bitwise(b.numpy(), a.numpy(), f"after resuming: {a.path}")
-    config = keras.optimizers.serialize(ft.LazyAdam8bit(beta_1=0.8, min_8bit_size=100))
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
+        assert_bitwise(b.numpy(), a.numpy(), f"after resuming: optimizer variable {a.path}")
+    config = keras.optimizers.serialize(
+        ft.LazyAdam8bit(beta_1=0.8, min_8bit_size=100, state_format=state_format))
+    assert config["config"]["state_format"] == state_format
     again = keras.optimizers.deserialize(config)
     assert type(again) is ft.LazyAdam8bit and again.min_8bit_size == 100 and again.beta_1 == 0.8
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="min_8bit_size"):
-            ft.LazyAdam8bit(min_8bit_size=bad)
+    assert again.state_format == state_format and again.get_config() == config["config"]
+    del config["config"]["state_format"]  # a configuration saved before the argument existed
+    assert keras.optimizers.deserialize(config).state_format == "dynamic_map"
     table = keras.Variable(np.ones((4, 1024), np.float32))
-    opt = ft.LazyAdam8bit()
+    opt = ft.LazyAdam8bit(state_format=state_format)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 9"):
         opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, 1024)), tf.constant([0, 9]),
                                                tf.constant([4, 1024])), table)])
     assert_bitwise(table.numpy(), np.ones((4, 1024), np.float32), "refused: unchanged")
+
+
+def test_keras_8bit_refusals():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="min_8bit_size"):
+            ft.LazyAdam8bit(min_8bit_size=bad)
+    for bad in ("fp16", "FP8", "", None, 1):
+        with pytest.raises(ValueError, match=r"^fusekit.tensorflow.LazyAdam8bit: state_format "
+                                             r"must be one of \('dynamic_map', 'fp8'\), got "
+                                             + re.escape(repr(bad)) + "$"):
+            ft.LazyAdam8bit(state_format=bad)
+    assert ft.LazyAdam8bit().state_format == "dynamic_map"
 
 
 def test_recsys_example_runs_small(tmp_path):

@@ -13,7 +13,8 @@
 - :class:`LazyAdam8bit`: :class:`LazyAdam` with 8-bit moments for its tables (fusekit's
   LazyAdamQuant, ``FusekitResourceSparseApplyLazyAdamQuant``,
   :func:`resource_sparse_apply_lazy_adam_quant`): ``2 dim + 8 ceil(dim / 256)`` bytes of state per
-  table row instead of ``8 dim``.
+  table row instead of ``8 dim``, in either state format (``state_format="dynamic_map"`` or
+  ``"fp8"``, docs/fp8_state.md).
 
 The op library is built with the package when the build's Python imports TensorFlow
 (``-DFUSEKIT_TENSORFLOW=ON``, or ``AUTO`` as ``pip install --no-build-isolation .`` asks), and
