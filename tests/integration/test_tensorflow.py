@@ -16,12 +16,14 @@ runs this file against the installed copy; locally, PYTHONPATH=<a CMake build wi
 - Refusals: out-of-range index (InvalidArgumentError naming it, nothing modified), wrong dtypes
   and shapes; the package without its op library.
 - 8-bit state: FusekitResourceSparseApplyLazyAdamQuant and LazyAdam8bit against
-  golden/lazy_adam_quant.py (NumPy), bit for bit; the example at a tiny size.
+  golden/lazy_adam_quant.py (the dynamic maps, with and without the lost-v guard) and
+  golden/fp8_state.py (state_format="fp8"), NumPy, bit for bit; the example at a tiny size.
 
 Random inputs from recorded seeds (SEED), with duplicate and negative indices; no timing.
 """
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -428,11 +430,35 @@ def test_keras_fit_save_load_resumes(tmp_path):
 # 8-bit state: FusekitResourceSparseApplyLazyAdamQuant and fusekit.tensorflow.LazyAdam8bit,
 # against golden/lazy_adam_quant.py (NumPy, written from the spec, not from the C++).
 # ---------------------------------------------------------------------------------------------
-def quant_golden(grad, indices, m, v, var, am, av, lr, beta1=B1, beta2=B2, epsilon=EPS):
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-    from golden.lazy_adam_quant import lazy_adam_quant_golden
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # golden/
+from golden import fp8_state  # noqa: E402
+from golden.lazy_adam_quant import lazy_adam_quant_golden  # noqa: E402
+
+
+def quant_golden(grad, indices, m, v, var, am, av, lr, beta1=B1, beta2=B2, epsilon=EPS,
+                 guard_lost_v=False):
+    """golden/lazy_adam_quant.py's step (the dynamic maps): new (m, v, var, absmax_m, absmax_v)."""
     return lazy_adam_quant_golden(grad, np.asarray(indices).reshape(-1), m, v, var, QM, QV, am, av,
-                                  lr, beta1, beta2, epsilon, "float32", "float32")[:5]
+                                  lr, beta1, beta2, epsilon, "float32", "float32",
+                                  guard_lost_v=guard_lost_v)[:5]
+
+
+def fp8_golden(grad, indices, m, v, var, sm, sv, lr, beta1=B1, beta2=B2, epsilon=EPS,
+               guard_lost_v=True):
+    """golden/fp8_state.py's step (the fp8 format, the lost-v guard on): new (m codes, v codes,
+    var, scale_m, scale_v), in quant_golden's order. guard_lost_v=False only to show that a case
+    needs the guard."""
+    var, m, v, sm, sv, _ = fp8_state.lazy_adam_quant_fp8(
+        var, grad, np.asarray(indices).reshape(-1), m, v, sm, sv, lr, beta1, beta2, epsilon,
+        _guard_lost_v=guard_lost_v)
+    return m, v, var, sm, sv
+
+
+def state_golden(state_format, *args, **kwargs):
+    """The golden of a format, the lost-v guard on (as LazyAdam8bit runs both)."""
+    if state_format == "fp8":
+        return fp8_golden(*args, **kwargs)
+    return quant_golden(*args, guard_lost_v=True, **kwargs)
 
 
 QM, QV = fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False)
@@ -455,6 +481,7 @@ def random_quant_case(rng, rows, dim, n):
 
 
 QUANT_NAMES = ("m", "v", "var", "absmax_m", "absmax_v")
+FP8_NAMES = ("m codes", "v codes", "var", "scale_m", "scale_v")
 
 
 def packed(m, v, am, av):
@@ -541,22 +568,156 @@ def test_resource_quant_op_refusals():
                 assert_bitwise(got.numpy(), exp, f"refused shape: variable {j} unchanged")
 
 
-def test_keras_8bit_sparse_and_dense_steps_against_golden():
-    """The 8-bit table against the golden over sparse steps (duplicates), then a dense step (every
-    row); a small variable beside it keeps float32 state and is stepped as LazyAdam steps it."""
+def random_fp8_case(rng, rows, dim, n):
+    """An fp8 state coded from random m and sqrt(v) by the golden (per row and block of 256), with
+    the lost-v hazard planted (v's code 0 beside a nonzero m: about one element in eight), a fresh
+    row (all zero), a row holding E4M3's NaN code 0x7f in the batch (non-finite state: the row is
+    left unchanged), var, grad, indices with duplicates and padding."""
+    blocks = (dim + 255) // 256
+    m = np.zeros((rows, dim), np.uint8)
+    v = np.zeros((rows, dim), np.uint8)
+    sm = np.zeros((rows, blocks), np.float32)
+    sv = np.zeros((rows, blocks), np.float32)
+    mf = (rng.standard_normal((rows, dim)) * 0.1).astype(np.float32)
+    sf = np.abs(rng.standard_normal((rows, dim)) * 0.1).astype(np.float32)
+    for r in range(1, rows):  # row 0: fresh
+        for b in range(blocks):
+            cols = slice(256 * b, min(dim, 256 * b + 256))
+            m[r, cols], sm[r, b] = fp8_state.quantize_block(mf[r, cols], "e4m3")
+            v[r, cols], sv[r, b] = fp8_state.quantize_block(sf[r, cols], "ue4m4")
+    v[rng.random((rows, dim)) < 0.125] = 0  # v lost, m kept: the hazard
+    var = rng.standard_normal((rows, dim)).astype(np.float32)
+    grad = rng.standard_normal((n, dim)).astype(np.float32)
+    grad[rng.random((n, dim)) < 0.25] = 0  # no gradient there: the guarded update is m-driven
+    indices = rng.integers(-2, rows, n).astype(np.int32)
+    indices[1] = indices[3] = max(indices[0], 0)
+    indices[2] = -1
+    indices[4], indices[5] = 0, rows - 1  # the fresh row, and the NaN row
+    m[rows - 1, dim // 2] = 0x7F
+    return m, v, var, sm, sv, grad, indices
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dim", [8, 40, 257])
+def test_resource_quant_op_fp8_bitwise(mode, index_dtype, dim):
+    """state_format="fp8" against golden/fp8_state.py, bit for bit: var, both codes, both scales,
+    two steps; rows outside the batch unchanged; a read held across the update keeps its values."""
+    rng = np.random.default_rng(SEED + 101 + dim)
+    rows, n = 40, 50
+    m, v, var, sm, sv, grad, indices = random_fp8_case(rng, rows, dim, n)
+    codes, scales = packed(m, v, sm, sv)
+    tv, tc, ts = tf.Variable(var), tf.Variable(codes), tf.Variable(scales)
+    before = tv.read_value()
+
+    def step(g, i, lr):
+        ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ts, None, None, lr, g, i, beta1=B1,
+                                                 beta2=B2, epsilon=EPS, state_format="fp8")
+
+    run = tf.function(step) if mode == "function" else step
+    want = (m, v, var, sm, sv)
+    unguarded = fp8_golden(grad, indices, *want, 0.01, guard_lost_v=False)
+    assert not np.array_equal(unguarded[2], fp8_golden(grad, indices, *want, 0.01)[2]), \
+        "the case exercises the lost-v guard"
+    for k, lr in enumerate((0.01, 0.003)):
+        run(tf.constant(grad), tf.constant(indices.astype(index_dtype)), tf.constant(lr))
+        want = fp8_golden(grad, indices, *want, lr)
+        got = unpacked(tv.numpy(), tc.numpy(), ts.numpy())
+        for name, x, exp in zip(FP8_NAMES, got, want):
+            assert_bitwise(np.ascontiguousarray(x), exp, f"step {k} {name}")
+    untouched = np.setdiff1d(np.arange(rows), indices)
+    assert untouched.size > 0
+    assert_bitwise(tc.numpy()[untouched], codes[untouched], "untouched rows' codes")
+    assert_bitwise(ts.numpy()[untouched], scales[untouched], "untouched rows' scales")
+    assert_bitwise(tv.numpy()[untouched], var[untouched], "untouched rows' var")
+    assert_bitwise(tc.numpy()[rows - 1], codes[rows - 1], "the row with a NaN code: unchanged")
+    assert_bitwise(before.numpy(), var, "a read taken before the update")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_resource_quant_op_dynamic_map_lost_v_guard(mode):
+    """guard_lost_v=True in the dynamic-map format against golden/lazy_adam_quant.py
+    (guard_lost_v=True), bit for bit, with v's code 0 planted beside nonzero m codes; the
+    attribute's default (off) is the unguarded golden."""
+    rng = np.random.default_rng(SEED + 111)
+    rows, dim, n = 40, 40, 50
+    m, v, var, am, av, grad, indices = random_quant_case(rng, rows, dim, n)
+    v[rng.random((rows, dim)) < 0.125] = 0  # QV[0] = 0: v lost
+    m[m == 127] = 200  # QM[127] = 0: every m nonzero
+    grad[rng.random((n, dim)) < 0.25] = 0
+    assert QV[0] == 0 and QM[200] != 0
+    codes, absmax = packed(m, v, am, av)
+    for guard in (True, False):
+        tv, tc, ta = tf.Variable(var), tf.Variable(codes), tf.Variable(absmax)
+
+        def step(g, i, lr):
+            kw = dict(guard_lost_v=True) if guard else {}  # off: the attribute's default
+            ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ta, QM, QV, lr, g, i, beta1=B1,
+                                                     beta2=B2, epsilon=EPS, **kw)
+
+        run = tf.function(step) if mode == "function" else step
+        want = (m, v, var, am, av)
+        for k, lr in enumerate((0.01, 0.003)):
+            run(tf.constant(grad), tf.constant(indices.astype(np.int64)), tf.constant(lr))
+            want = quant_golden(grad, indices, *want, lr, guard_lost_v=guard)
+            got = unpacked(tv.numpy(), tc.numpy(), ta.numpy())
+            for name, x, exp in zip(QUANT_NAMES, got, want):
+                assert_bitwise(np.ascontiguousarray(x), exp, f"guard {guard} step {k} {name}")
+    guarded = quant_golden(grad, indices, m, v, var, am, av, 0.01, guard_lost_v=True)
+    plain = quant_golden(grad, indices, m, v, var, am, av, 0.01)
+    assert not np.array_equal(guarded[2], plain[2]), "the case exercises the lost-v guard"
+
+
+def test_resource_quant_op_state_format_refusals():
+    rng = np.random.default_rng(SEED + 121)
+    m, v, var, sm, sv, grad, indices = random_fp8_case(rng, 12, 8, 6)
+    codes, scales = packed(m, v, sm, sv)
+    tv, tc, ts = tf.Variable(var), tf.Variable(codes), tf.Variable(scales)
+    with pytest.raises(ValueError, match=r"state_format must be one of \('dynamic_map', 'fp8'\), "
+                                         r"got 'e5m2'"):
+        ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ts, None, None, 0.01, grad, indices,
+                                                 state_format="e5m2")
+    with pytest.raises(ValueError, match="dynamic_map state format needs qmap_m and qmap_v"):
+        ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ts, None, None, 0.01, grad, indices)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"qmapM is float32 \[256\] but the fp8 state format has no map"):
+        ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ts, QM, QV, 0.01, grad, indices,
+                                                 state_format="fp8")
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                       match=r"state_format.*e5m2|e5m2.*state_format"):  # the op itself
+        ft.load().fusekit_resource_sparse_apply_lazy_adam_quant(
+            tv.handle, tc.handle, ts.handle, tf.zeros([0]), tf.zeros([0]), 0.01, grad, indices,
+            beta1=B1, beta2=B2, epsilon=EPS, state_format="e5m2")
+    bad = indices.copy()
+    bad[4] = 12
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[4\] = 12"):
+        ft.resource_sparse_apply_lazy_adam_quant(tv, tc, ts, None, None, 0.01, grad, bad,
+                                                 state_format="fp8")
+    for name, got, exp in (("var", tv, var), ("codes", tc, codes), ("scales", ts, scales)):
+        assert_bitwise(got.numpy(), exp, f"refused: {name} unchanged")
+
+
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_keras_8bit_sparse_and_dense_steps_against_golden(state_format):
+    """The 8-bit table against the golden of its format (the lost-v guard on in both) over sparse
+    steps (duplicates), then a dense step (every row); a small variable beside it keeps float32
+    state and is stepped as LazyAdam steps it."""
     rng = np.random.default_rng(SEED + 81)
     rows, dim, n = 130, 40, 90  # 5,200 elements: 8-bit (>= 4096)
     _, _, var, _, _, grad, indices = random_quant_case(rng, rows, dim, n)
     indices = np.where(indices < 0, 0, indices)  # IndexedSlices from Keras have no padding
     small0 = rng.standard_normal((10, 4)).astype(np.float32)
     table, small, twin = keras.Variable(var), keras.Variable(small0), keras.Variable(small0)
-    opt, float_opt = ft.LazyAdam8bit(learning_rate=0.02), ft.LazyAdam(learning_rate=0.02)
+    opt = ft.LazyAdam8bit(learning_rate=0.02, state_format=state_format)
+    float_opt = ft.LazyAdam(learning_rate=0.02)
     opt.build([table, small])
     float_opt.build([twin])
     kinds = [(x.dtype, tuple(x.shape)) for x in opt.variables if "iteration" not in x.path
              and "learning_rate" not in x.path]
     assert kinds == [("uint8", (rows, 2, dim)), ("float32", (rows, 2, 1)),
                      ("float32", (10, 4)), ("float32", (10, 4))], kinds
+    scales = "scales" if state_format == "fp8" else "absmax"
+    assert opt._absmax[0].path.endswith(f"_moment_{scales}"), opt._absmax[0].path
     state = (np.zeros((rows, dim), np.uint8), np.zeros((rows, dim), np.uint8), var,
              np.zeros((rows, 1), np.float32), np.zeros((rows, 1), np.float32))
     small_grad = rng.standard_normal((10, 4)).astype(np.float32)
@@ -570,21 +731,55 @@ def test_keras_8bit_sparse_and_dense_steps_against_golden():
             g, gi = tf.constant(gv), np.arange(rows)
         opt.apply_gradients([(g, table), (tf.constant(small_grad), small)])
         float_opt.apply_gradients([(tf.constant(small_grad), twin)])
-        state = quant_golden(gv, gi, *state, lr_t)
+        state = state_golden(state_format, gv, gi, *state, lr_t)
         got = unpacked(table.numpy(), opt._codes[0].numpy(), opt._absmax[0].numpy())
         for name, x, exp in zip(QUANT_NAMES, got, state):
             assert_bitwise(np.ascontiguousarray(x), exp, f"step {k} {name}")
         assert_bitwise(small.numpy(), twin.numpy(), f"step {k}: the small variable as LazyAdam")
 
 
-def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_keras_8bit_lost_v_guard_on(state_format):
+    """LazyAdam8bit runs the lost-v guard in both formats: a row whose v decodes to zero beside a
+    nonzero m, in the batch with a zero gradient, moves by about lr (0.9 lr_t), not by m / eps as
+    the unguarded dynamic-map op moves it."""
+    rows, dim, lr = 4, 32, 1e-3
+    var = np.ones((rows, dim), np.float32)
+    if state_format == "fp8":
+        m_code, v_code, m_scale = 0x38, 0, 0.1  # m = 1.0 * 0.1; sqrt(v) decodes to 0
+    else:
+        m_code, v_code, m_scale = 255, 0, 0.1  # m = QM[255] * 0.1 = 0.1; QV[0] = 0
+    codes = np.zeros((rows, 2, dim), np.uint8)
+    codes[:, 0], codes[:, 1] = m_code, v_code
+    scales = np.zeros((rows, 2, 1), np.float32)
+    scales[:, 0], scales[:, 1] = m_scale, 0.01
+    grad = tf.IndexedSlices(tf.zeros((1, dim)), tf.constant([2]), tf.constant([rows, dim]))
+    table = keras.Variable(var)
+    opt = ft.LazyAdam8bit(learning_rate=lr, min_8bit_size=0, state_format=state_format)
+    opt.build([table])
+    opt._codes[0].assign(codes)
+    opt._absmax[0].assign(scales)
+    opt.apply_gradients([(grad, table)])
+    moved = np.abs(table.numpy() - var)
+    assert moved[[0, 1, 3]].max() == 0, "rows outside the batch"
+    assert 0.5 * 0.9 * lr * np.sqrt(1 - B2) / (1 - B1) < moved[2].min()
+    assert moved[2].max() <= lr, moved[2].max()
+    if state_format == "dynamic_map":  # the same step without the guard: m / eps
+        t2, c2, a2 = tf.Variable(var), tf.Variable(codes), tf.Variable(scales)
+        ft.resource_sparse_apply_lazy_adam_quant(t2, c2, a2, QM, QV, lr, tf.zeros((1, dim)),
+                                                 tf.constant([2]))
+        assert np.abs(t2.numpy() - var)[2].min() > 100 * lr
+
+
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path, state_format):
     rows, dim = 400, 16  # 6,400 elements: 8-bit
     rng = np.random.default_rng(SEED + 91)
     x = rng.integers(0, rows // 2, (256, 3)).astype(np.int32)  # rows >= 200 are never in a batch
     y = (x.sum(axis=1, keepdims=True) % 7 / 7.0).astype(np.float32)
     model = embedding_model(rows, dim, SEED)
     w0 = model.get_layer("table").embeddings.numpy()
-    model.compile(ft.LazyAdam8bit(learning_rate=0.01), "mse")
+    model.compile(ft.LazyAdam8bit(learning_rate=0.01, state_format=state_format), "mse")
     history = model.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < losses[0], losses
@@ -599,6 +794,7 @@ def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
     model.save(path)
     loaded = keras.models.load_model(path)
     assert type(loaded.optimizer) is ft.LazyAdam8bit
+    assert loaded.optimizer.state_format == state_format
     assert int(loaded.optimizer.iterations) == 32
     for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
         assert a.dtype == b.dtype
@@ -607,18 +803,34 @@ def test_keras_8bit_lazy_fit_save_load_and_config(tmp_path):
         mdl.fit(x[:64], y[:64], batch_size=32, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(model.weights, loaded.weights):
         assert_bitwise(b.numpy(), a.numpy(), f"after resuming: {a.path}")
-    config = keras.optimizers.serialize(ft.LazyAdam8bit(beta_1=0.8, min_8bit_size=100))
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):
+        assert_bitwise(b.numpy(), a.numpy(), f"after resuming: optimizer variable {a.path}")
+    config = keras.optimizers.serialize(
+        ft.LazyAdam8bit(beta_1=0.8, min_8bit_size=100, state_format=state_format))
+    assert config["config"]["state_format"] == state_format
     again = keras.optimizers.deserialize(config)
     assert type(again) is ft.LazyAdam8bit and again.min_8bit_size == 100 and again.beta_1 == 0.8
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="min_8bit_size"):
-            ft.LazyAdam8bit(min_8bit_size=bad)
+    assert again.state_format == state_format and again.get_config() == config["config"]
+    del config["config"]["state_format"]  # a configuration saved before the argument existed
+    assert keras.optimizers.deserialize(config).state_format == "dynamic_map"
     table = keras.Variable(np.ones((4, 1024), np.float32))
-    opt = ft.LazyAdam8bit()
+    opt = ft.LazyAdam8bit(state_format=state_format)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 9"):
         opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, 1024)), tf.constant([0, 9]),
                                                tf.constant([4, 1024])), table)])
     assert_bitwise(table.numpy(), np.ones((4, 1024), np.float32), "refused: unchanged")
+
+
+def test_keras_8bit_refusals():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="min_8bit_size"):
+            ft.LazyAdam8bit(min_8bit_size=bad)
+    for bad in ("fp16", "FP8", "", None, 1):
+        with pytest.raises(ValueError, match=r"^fusekit.tensorflow.LazyAdam8bit: state_format "
+                                             r"must be one of \('dynamic_map', 'fp8'\), got "
+                                             + re.escape(repr(bad)) + "$"):
+            ft.LazyAdam8bit(state_format=bad)
+    assert ft.LazyAdam8bit().state_format == "dynamic_map"
 
 
 def test_recsys_example_runs_small(tmp_path):

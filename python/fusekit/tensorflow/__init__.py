@@ -13,7 +13,8 @@
 - :class:`LazyAdam8bit`: :class:`LazyAdam` with 8-bit moments for its tables (fusekit's
   LazyAdamQuant, ``FusekitResourceSparseApplyLazyAdamQuant``,
   :func:`resource_sparse_apply_lazy_adam_quant`): ``2 dim + 8 ceil(dim / 256)`` bytes of state per
-  table row instead of ``8 dim``.
+  table row instead of ``8 dim``, in either state format (``state_format="dynamic_map"`` or
+  ``"fp8"``, docs/fp8_state.md).
 
 The op library is built with the package when the build's Python imports TensorFlow
 (``-DFUSEKIT_TENSORFLOW=ON``, or ``AUTO`` as ``pip install --no-build-isolation .`` asks), and
@@ -38,6 +39,8 @@ if not os.path.exists(_LIBRARY):
         "that environment. See docs/tensorflow.md.")
 
 import tensorflow as tf  # noqa: E402
+
+from fusekit import STATE_FORMATS as _STATE_FORMATS  # noqa: E402  (the 8-bit op's formats)
 
 from ._built_with import TENSORFLOW_VERSION  # noqa: E402
 
@@ -115,20 +118,38 @@ def resource_sparse_apply_lazy_adam_quant(var: Any, codes: Any, absmax: Any, qma
                                           qmap_v: Any, lr: Any, grad: Any, indices: Any,
                                           beta1: float = 0.9, beta2: float = 0.999,
                                           epsilon: float = 1e-7, hugepages: bool = True,
+                                          state_format: str = "dynamic_map",
+                                          guard_lost_v: bool = False,
                                           name: Optional[str] = None) -> Any:
     """One 8-bit LazyAdam step (fusekit's LazyAdamQuant) on resource variables: ``var`` float32
-    [rows, dim] and its state, packed by row: ``codes`` uint8 [rows, 2, dim] (m's codes into
-    ``qmap_m``, then v's into ``qmap_v``; the maps float32 [256], :func:`fusekit.create_dynamic_map`
-    signed and unsigned) and ``absmax`` float32 [rows, 2, ceil(dim / 256)] (m's, then v's); the
-    rows of ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with
-    ``grad`` [N, dim]; ``lr`` the bias-corrected step. Zero codes with a zero absmax are zero
-    moments (a fresh state). The variables are locked exclusively, and a variable whose buffer a
-    live read shares is copied first. ``hugepages``: as :func:`resource_sparse_apply_lazy_adam`.
-    Returns the op."""
+    [rows, dim] and its state, packed by row: ``codes`` uint8 [rows, 2, dim] (m's codes, then
+    v's) and ``absmax`` float32 [rows, 2, ceil(dim / 256)] (m's, then v's); the rows of
+    ``indices`` (int32 or int64 [N]; duplicates summed, negative ones skipped) with ``grad``
+    [N, dim]; ``lr`` the bias-corrected step. Zero codes with a zero absmax are zero moments (a
+    fresh state). The variables are locked exclusively, and a variable whose buffer a live read
+    shares is copied first. ``hugepages``: as :func:`resource_sparse_apply_lazy_adam`.
+
+    ``state_format`` (docs/fp8_state.md): ``"dynamic_map"`` (the default), codes into ``qmap_m``
+    and ``qmap_v`` (float32 [256], :func:`fusekit.create_dynamic_map` signed and unsigned);
+    ``"fp8"``, m's codes E4M3 and v's codes UE4M4 of sqrt(v), ``absmax`` holding the blocks'
+    scales, no maps (pass ``None``, or empty tensors). ``guard_lost_v``: the lost-v guard (where
+    the old v decodes to 0 and the old m does not, v is taken as m * m) in the dynamic-map
+    format, off by default as fusekit's C++ face has it; always on in fp8. Returns the op."""
+    if state_format not in _STATE_FORMATS:
+        raise ValueError("fusekit.tensorflow.resource_sparse_apply_lazy_adam_quant: state_format "
+                         f"must be one of {_STATE_FORMATS}, got {state_format!r}")
+    if state_format == "fp8":
+        empty = tf.zeros([0], tf.float32)
+        qmap_m = empty if qmap_m is None else qmap_m
+        qmap_v = empty if qmap_v is None else qmap_v
+    elif qmap_m is None or qmap_v is None:
+        raise ValueError("fusekit.tensorflow.resource_sparse_apply_lazy_adam_quant: the "
+                         "dynamic_map state format needs qmap_m and qmap_v (float32 [256])")
     handles = [x.handle if hasattr(x, "handle") else x for x in (var, codes, absmax)]
     return load().fusekit_resource_sparse_apply_lazy_adam_quant(
         *handles, qmap_m, qmap_v, lr, grad, indices, beta1=beta1, beta2=beta2, epsilon=epsilon,
-        huge_pages=hugepages, name=name)
+        huge_pages=hugepages, state_format=state_format, guard_lost_v=bool(guard_lost_v),
+        name=name)
 
 
 # The Keras 3 optimizer, registered with Keras on import (so that keras.models.load_model finds

@@ -97,34 +97,46 @@ def _is_8bit_candidate(variable: Any, min_8bit_size: int) -> bool:
 class LazyAdam8bit(LazyAdam):
     """:class:`LazyAdam` with 8-bit moments for its tables: every 2-D float32 variable of at
     least ``min_8bit_size`` elements (default 4096, as bitsandbytes) keeps m and v as uint8 codes
-    into fusekit's dynamic maps, with one float32 absmax per row and block of 256 columns
-    (``2 dim + 8 ceil(dim / 256)`` bytes per row instead of ``8 dim``), stepped by fusekit's
-    LazyAdamQuant (docs/lazy_adam_quant.md): on the rows of an ``IndexedSlices`` gradient, and on
-    every row for a dense gradient. The state of a table is two variables, packed by row as the op
-    takes them: the codes uint8 [rows, 2, dim] and the absmax float32 [rows, 2, blocks], m's then
-    v's in each row. Smaller or other variables keep float32 moments and are stepped as
-    :class:`LazyAdam` steps them.
+    with one float32 scale per row and block of 256 columns (``2 dim + 8 ceil(dim / 256)`` bytes
+    per row instead of ``8 dim``), stepped by fusekit's LazyAdamQuant (docs/lazy_adam_quant.md):
+    on the rows of an ``IndexedSlices`` gradient, and on every row for a dense gradient. The state
+    of a table is two variables, packed by row as the op takes them: the codes uint8
+    [rows, 2, dim] and the scales float32 [rows, 2, blocks], m's then v's in each row. Smaller or
+    other variables keep float32 moments and are stepped as :class:`LazyAdam` steps them.
+
+    ``state_format`` (docs/fp8_state.md): ``"dynamic_map"`` (the default), codes into fusekit's
+    dynamic maps with the blocks' absmax (bitsandbytes' format); ``"fp8"``, m as E4M3 and
+    sqrt(v) as UE4M4 with the blocks' scales (coded by bit arithmetic, no maps). The same bytes
+    either way. Both formats run with the lost-v guard: where the old v decodes to zero while the
+    old m does not, v is taken as m * m, so that a row whose v was lost to quantization does not
+    move by m / epsilon.
 
     The 8-bit step per row: dequantize m and v, ``m = m*b1 + g*(1-b1)``,
     ``v = |v*b2 + g*g*(1-b2)|``, ``var += (m * -lr_t) / (sqrt(v) + epsilon)`` in float32,
-    requantize (the nearest code, per block of the row); ``lr_t`` is Keras Adam's bias-corrected
-    step. A row whose new values would not be finite is left unchanged, codes and absmax included.
-    Arguments as :class:`LazyAdam`, plus ``min_8bit_size``; the state saves and loads with the
-    model (``.keras``), codes as uint8 variables.
+    requantize (per block of the row); ``lr_t`` is Keras Adam's bias-corrected step. A row whose
+    new values would not be finite is left unchanged, codes and scales included. Arguments as
+    :class:`LazyAdam`, plus ``min_8bit_size`` and ``state_format``; the state saves and loads
+    with the model (``.keras``), codes as uint8 variables.
     """
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, min_8bit_size: int = 4096, name: str = "lazy_adam_8bit",
+                 epsilon: float = 1e-7, min_8bit_size: int = 4096,
+                 state_format: str = "dynamic_map", name: str = "lazy_adam_8bit",
                  **kwargs: Any) -> None:
         if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, int) \
                 or min_8bit_size < 0:
             raise ValueError("fusekit.tensorflow.LazyAdam8bit: min_8bit_size must be an int >= 0, "
                              f"got {min_8bit_size!r}")
+        if not isinstance(state_format, str) or state_format not in fusekit.STATE_FORMATS:
+            raise ValueError("fusekit.tensorflow.LazyAdam8bit: state_format must be one of "
+                             f"{fusekit.STATE_FORMATS}, got {state_format!r}")
         super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
                          epsilon=epsilon, name=name, **kwargs)
         self.min_8bit_size = min_8bit_size
-        self._qmap_m = fusekit.create_dynamic_map(True)
-        self._qmap_v = fusekit.create_dynamic_map(False)
+        self.state_format = state_format
+        fp8 = state_format == "fp8"  # no maps: the op gets empty ones
+        self._qmap_m = None if fp8 else fusekit.create_dynamic_map(True)
+        self._qmap_v = None if fp8 else fusekit.create_dynamic_map(False)
 
     def build(self, var_list: List[Any]) -> None:
         if self.built:
@@ -133,7 +145,8 @@ class LazyAdam8bit(LazyAdam):
         super(keras.optimizers.Adam, self).build(var_list)
         self._momentums, self._velocities = [], []
         self._codes: List[Any] = []  # per variable: its codes variable, or None (float32 state)
-        self._absmax: List[Any] = []
+        self._absmax: List[Any] = []  # the blocks' absmax (dynamic_map) or scales (fp8)
+        scales = "scales" if self.state_format == "fp8" else "absmax"
         for variable in var_list:
             if not _is_8bit_candidate(variable, self.min_8bit_size):
                 self._momentums.append(self.add_variable_from_reference(variable, "momentum"))
@@ -143,15 +156,15 @@ class LazyAdam8bit(LazyAdam):
                 continue
             rows, dim = (int(n) for n in variable.shape)
             prefix = variable.path.replace("/", "_")
-            # Packed by row (m's, then v's), as the op takes them; zero codes with a zero absmax
-            # dequantize to zero moments: a fresh state.
+            # Packed by row (m's, then v's), as the op takes them; zero codes with a zero scale
+            # decode to zero moments in both formats: a fresh state.
             self._momentums.append(None)
             self._velocities.append(None)
             self._codes.append(self.add_variable((rows, 2, dim), dtype="uint8",
                                                  name=f"{prefix}_moment_codes"))
             blocks = (dim + fusekit.BLOCK_SIZE - 1) // fusekit.BLOCK_SIZE
             self._absmax.append(self.add_variable((rows, 2, blocks), dtype="float32",
-                                                  name=f"{prefix}_moment_absmax"))
+                                                  name=f"{prefix}_moment_{scales}"))
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         index = self._get_variable_index(variable)
@@ -165,9 +178,11 @@ class LazyAdam8bit(LazyAdam):
         resource_sparse_apply_lazy_adam_quant(
             variable, self._codes[index], self._absmax[index], self._qmap_m, self._qmap_v,
             lazy_adam_step_size(learning_rate, self.iterations, self.beta_1, self.beta_2),
-            values, indices, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon)
+            values, indices, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
+            state_format=self.state_format, guard_lost_v=True)
 
     def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
         config["min_8bit_size"] = self.min_8bit_size
+        config["state_format"] = self.state_format
         return config

@@ -2,6 +2,12 @@
 // LazyAdamQuant (LazyAdam with m and v kept as uint8 codes and a float32 absmax per row and block
 // of 256 columns, fusekit/lazy_adam_quant.h) on resource variables. docs/tensorflow.md.
 //
+// Its state format is an attribute (docs/fp8_state.md): state_format "dynamic_map" (the default:
+// codes into qmap_m and qmap_v) or "fp8" (m as E4M3, sqrt(v) as UE4M4: the maps are unused and
+// must be empty, 0 elements; the absmax variable holds the blocks' scales), and guard_lost_v, the
+// lost-v guard of the dynamic-map format (default off, as the C++ face; always on in fp8). The
+// packed layout below is the same in both formats.
+//
 // The state of a table [rows, dim] is two variables, packed by row as fusekit.torch's
 // SparseAdam8bit packs it: `codes` uint8 [rows, 2, dim] (m's codes, then v's, side by side) and
 // `absmax` float32 [rows, 2, ceil(dim / 256)]: a step then touches one cache line of codes and one
@@ -52,9 +58,11 @@ REGISTER_OP("FusekitResourceSparseApplyLazyAdamQuant")
     .Attr("beta2: float")
     .Attr("epsilon: float")
     .Attr("huge_pages: bool = true")
+    .Attr("state_format: {'dynamic_map', 'fp8'} = 'dynamic_map'")
+    .Attr("guard_lost_v: bool = false")
     .SetShapeFn([](InferenceContext *c) {
       ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));  // the maps
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));  // the maps ([0] in fp8)
       TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));
       return fusekit_tf::sparse_apply_step_shapes(c, 5);
     })
@@ -65,6 +73,9 @@ absmax (float32 [rows, 2, ceil(dim / 256)]: m's, then v's), on the rows named by
 (duplicates summed, negative ones skipped, an index >= rows refused before anything is written).
 lr is the bias-corrected step. The variables are locked exclusively; a buffer a live read shares
 is copied first. huge_pages: advise each table of at least 2 MiB onto huge pages once, in place.
+state_format: "dynamic_map", or "fp8" (m's codes E4M3, v's codes UE4M4 of sqrt(v), absmax holds
+the blocks' scales; qmap_m and qmap_v must be empty). guard_lost_v: where the old v decodes to 0
+and the old m does not, take v as m * m (always on in fp8).
 )doc");
 
 class ResourceSparseApplyLazyAdamQuantOp : public OpKernel {
@@ -75,6 +86,11 @@ class ResourceSparseApplyLazyAdamQuantOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("beta2", &beta2));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("huge_pages", &huge_pages_enabled_));
+    std::string state_format;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("state_format", &state_format));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("guard_lost_v", &options_.guard_lost_v));
+    options_.state_format = state_format == "fp8" ? fusekit::QuantStateFormat::kFp8
+                                                  : fusekit::QuantStateFormat::kDynamicMap;
     options_.beta1 = beta1;
     options_.beta2 = beta2;
     options_.epsilon = epsilon;
