@@ -2,8 +2,10 @@
 
 Oracles, none of them the code under test:
 - the 8-bit path: quant_oracle below, NumPy float32 from docs/apply_adam_w_quant.md (the nearest
-  code with ties to the lower index, the sign fix, the guard), stepped as many times as the
-  optimizer steps. golden.apply_adam_w_quant.golden_step is not used for the runs: it takes
+  code with ties to the lower index, the sign fix, the guard) and docs/fp8_state.md's lost-v
+  guard (on by default in fusekit.torch: a v that decodes to 0 beside an m that does not is read
+  as m * m; ``guard=False`` for ``guard_lost_v=False``), stepped as many times as the optimizer
+  steps. golden.apply_adam_w_quant.golden_step is not used for the runs: it takes
   beta^t from np.power, which NumPy 2.x computes not correctly rounded (0.9^4 = 0.6561 where
   powf gives 0.6560999), so it differs from the spec's powf at some steps; the oracle here calls
   the C library's powf, and test_quant_oracle_agrees_with_golden checks it against the golden at
@@ -141,9 +143,11 @@ def nearest(q, x, sign_fix):
     return code.astype(np.uint8)
 
 
-def quant_oracle(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, dtype):
-    """docs/apply_adam_w_quant.md in NumPy float32, blocks of 256. Returns the new var, codes,
-    absmax and the number of blocks the guard left unchanged."""
+def quant_oracle(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, eps, dtype,
+                 guard=True):
+    """docs/apply_adam_w_quant.md in NumPy float32, blocks of 256, with docs/fp8_state.md's
+    lost-v guard when ``guard``. Returns the new var, codes, absmax and the number of blocks the
+    non-finite guard left unchanged."""
     s = scalars(step, lr, beta1, beta2, wd, eps)
     n = var.size
     out = [var.copy(), m.copy(), v.copy(), am.copy(), av.copy()]
@@ -151,8 +155,11 @@ def quant_oracle(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, ep
     with np.errstate(all="ignore"):
         for b in range(fusekit.quant_blocks(n)):
             sl = slice(256 * b, min(n, 256 * b + 256))
-            mm, vv, w = adam_update(widen(var[sl], dtype), widen(grad[sl], dtype),
-                                    qm[m[sl]] * am[b], qv[v[sl]] * av[b], s)
+            m_old, v_old = qm[m[sl]] * am[b], qv[v[sl]] * av[b]
+            if guard:  # the lost-v guard: the smallest v consistent with |m| <= sqrt(v)
+                v_old = np.where((v_old == 0) & (m_old != 0), m_old * m_old, v_old)
+            mm, vv, w = adam_update(widen(var[sl], dtype), widen(grad[sl], dtype), m_old, v_old,
+                                    s)
             stored = narrow(w, dtype)
             if not (np.all(np.isfinite(mm)) and np.all(np.isfinite(vv))
                     and np.all(np.isfinite(widen(stored, dtype)))):
@@ -169,8 +176,9 @@ def quant_oracle(var, grad, m, v, qm, qv, am, av, step, lr, beta1, beta2, wd, ep
 class Oracle:
     """The expected state of one parameter, stepped by the golden / the float32 oracle."""
 
-    def __init__(self, p, eight_bit):
+    def __init__(self, p, eight_bit, guard=True):
         self.dtype = DNAME[p.dtype]
+        self.guard = guard
         self.var = storage(p)
         n = p.numel()
         self.eight_bit = eight_bit
@@ -189,7 +197,7 @@ class Oracle:
         if self.eight_bit:
             (self.var, self.m, self.v, self.am, self.av, self.skipped) = quant_oracle(
                 self.var, g, self.m, self.v, self.qm, self.qv, self.am, self.av, self.step, lr,
-                betas[0], betas[1], wd, eps, self.dtype)
+                betas[0], betas[1], wd, eps, self.dtype, self.guard)
         else:
             self.var, self.m, self.v = adam_w_oracle(self.var, g, self.m, self.v, self.step, lr,
                                                      betas[0], betas[1], wd, eps, self.dtype)
@@ -230,11 +238,12 @@ def test_quant_oracle_agrees_with_golden():
         for b in (0.9, 0.999):
             assert powf(b, 10) == np.power(F32(b), F32(10), dtype=F32)
         args = (var, gr, m, v, qm, qv, am, av, 9, 1e-3, 0.9, 0.999, 0.01, 1e-8)
-        ours = quant_oracle(*args, dtype)
-        theirs = golden_step(*args, 1.0, dtype)
-        assert ours[5] == theirs[5] == 1
-        for a, b in zip(ours[:5], theirs[:5]):
-            np.testing.assert_array_equal(np_bits(a), np_bits(b))
+        for guard in (False, True):  # random codes: some v's decode to 0 beside m's that do not
+            ours = quant_oracle(*args, dtype, guard)
+            theirs = golden_step(*args, 1.0, dtype, guard_lost_v=guard)
+            assert ours[5] == theirs[5] == 1
+            for a, b in zip(ours[:5], theirs[:5]):
+                np.testing.assert_array_equal(np_bits(a), np_bits(b))
 
 
 def make_params(sizes, dtype, k, shapes=None):
@@ -260,14 +269,17 @@ HP = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05)
 
 # ---- the step against the oracles ---------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DNAME[d])
-@pytest.mark.parametrize("mode", ["default", "all_8bit", "optim_bits32"])
+@pytest.mark.parametrize("mode", ["default", "all_8bit", "optim_bits32", "guard_off"])
 def test_state_equals_oracle_every_size(dtype, mode):
-    kw = {"default": {}, "all_8bit": {"min_8bit_size": 1}, "optim_bits32": {"optim_bits": 32}}[mode]
+    # guard_off: guard_lost_v=False, bitsandbytes' arithmetic (the oracle without the lost-v guard)
+    kw = {"default": {}, "all_8bit": {"min_8bit_size": 1}, "optim_bits32": {"optim_bits": 32},
+          "guard_off": {"min_8bit_size": 1, "guard_lost_v": False}}[mode]
     shapes = [(1,), (255,), (16, 16), (257,), (819, 5), (64, 64), (4097,)]
     params = make_params(SIZES, dtype, k=1, shapes=shapes)
     opt = AdamW8bit(params, **HP, **kw)
     min_size = kw.get("min_8bit_size", 4096)
-    oracles = [Oracle(p, kw.get("optim_bits", 8) == 8 and p.numel() >= min_size) for p in params]
+    oracles = [Oracle(p, kw.get("optim_bits", 8) == 8 and p.numel() >= min_size,
+                      kw.get("guard_lost_v", True)) for p in params]
     g = rng(2)
     for _ in range(4):
         grads = set_grads(params, g)

@@ -1,12 +1,19 @@
 """bitsandbytes' 8-bit block-wise AdamW and Adam as torch optimizers, on fusekit's operators.
 
-A parameter of at least ``min_8bit_size`` elements keeps m and v as uint8 codes into the dynamic
-maps (signed for m, unsigned for v) with one float32 absmax per block of 256 elements, and is
-stepped by :func:`fusekit.apply_adam_w_quant`; a smaller one (and every one with
-``optim_bits=32``) keeps float32 m and v and is stepped by :func:`fusekit.adam_w`. The state
-layout is bitsandbytes': ``step`` (int, 1 after the first step), ``state1`` / ``state2`` (m / v:
-uint8 codes or float32, the parameter's shape), ``qmap1`` / ``qmap2`` (float32 [256], the maps,
-one tensor shared by every parameter) and ``absmax1`` / ``absmax2`` (float32 [ceil(n / 256)]).
+A parameter of at least ``min_8bit_size`` elements keeps m and v as uint8 codes with one float32
+per block of 256 elements, and is stepped by :func:`fusekit.apply_adam_w_quant`; a smaller one
+(and every one with ``optim_bits=32``) keeps float32 m and v and is stepped by
+:func:`fusekit.adam_w`. Two formats of the codes (``state_format``, a hyperparameter of every
+group, docs/fp8_state.md):
+
+- ``"dynamic_map"`` (the default): bitsandbytes' layout, codes into the dynamic maps. ``step``
+  (int, 1 after the first step), ``state1`` / ``state2`` (m / v: uint8 codes or float32, the
+  parameter's shape), ``qmap1`` / ``qmap2`` (float32 [256], the maps, one tensor shared by every
+  parameter) and ``absmax1`` / ``absmax2`` (float32 [ceil(n / 256)]). The lost-v guard is on
+  unless ``guard_lost_v=False`` (bitsandbytes' arithmetic);
+- ``"fp8"``: ``step``, ``state1`` (m as E4M3 codes), ``state2`` (sqrt(v) as UE4M4 codes),
+  ``scale1`` / ``scale2`` (float32 [ceil(n / 256)]: the blocks' scales, max / 448 and max / 496);
+  no maps.
 
 See docs/torch_adam8bit.md for the options accepted and refused and where the arithmetic differs
 from ``torch.optim.AdamW`` and from bitsandbytes.
@@ -23,7 +30,7 @@ import torch
 import fusekit
 
 from ._base import (LR, Betas, Hyper, QuantStateOptimizer, StepStats, check_dense_param,
-                    dense_work, run_closure, step_value)
+                    dense_work, param_label, run_closure, state_format_of, step_value)
 from ._dtensor import block_layout, blocks_dtensor, is_dtensor, like_param, local
 from ._memory import HUGE_PAGE_BYTES, advise_hugepages, zeros_hugepage
 
@@ -31,7 +38,8 @@ __all__ = ["AdamW8bit", "Adam8bit"]
 
 BLOCK_SIZE = fusekit.BLOCK_SIZE
 _TENSOR_KEYS_8BIT = ("state1", "state2", "qmap1", "qmap2", "absmax1", "absmax2")
-_STATE_KEYS = ("step",) + _TENSOR_KEYS_8BIT
+_FP8_KEYS = ("scale1", "scale2")  # the fp8 format's per-block scales (and state1, state2)
+_STATE_KEYS = ("step",) + _TENSOR_KEYS_8BIT + _FP8_KEYS
 # bitsandbytes' state_dict() nests the quantization tensors under this key (for FSDP).
 _BNB_WRAP_KEY = "__bnb_optimizer_quant_state__"
 
@@ -41,7 +49,8 @@ class _Adam8bitBase(QuantStateOptimizer):
 
     def __init__(self, params: Any, lr: LR, betas: Betas, eps: float, weight_decay: float,
                  amsgrad: bool, optim_bits: int, args: Any, min_8bit_size: int, is_paged: bool,
-                 percentile_clipping: int, block_wise: bool, hugepages: bool) -> None:
+                 percentile_clipping: int, block_wise: bool, hugepages: bool, state_format: str,
+                 guard_lost_v: bool) -> None:
         name = self._prefix()
         if args is not None:  # bitsandbytes: an args object overrides these constructor arguments
             optim_bits = getattr(args, "optim_bits", optim_bits)
@@ -73,6 +82,7 @@ class _Adam8bitBase(QuantStateOptimizer):
         self.is_paged = bool(is_paged)  # no effect on CPU (documented)
         self.args = args
         self._init_maps()
+        self._set_state_options(state_format, guard_lost_v)
         defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=eps,
                         weight_decay=weight_decay)
         super().__init__(params, defaults, hugepages=hugepages)
@@ -107,20 +117,25 @@ class _Adam8bitBase(QuantStateOptimizer):
         return (fusekit.quant_blocks(p.numel()),), None
 
     def _new_state(self, p: torch.Tensor, key: str, dtype: torch.dtype) -> torch.Tensor:
-        """A zero state tensor of the optimizer's own, sharded as the parameter is."""
-        if key.startswith("absmax"):
+        """A zero state tensor of the optimizer's own, sharded as the parameter is (the per-block
+        absmax or scale tensors in their own layout: fusekit.torch._dtensor)."""
+        if key.startswith(("absmax", "scale")):
             shape, shards = self._absmax_layout(p)
             return blocks_dtensor(p, self._zeros(shape, torch.float32),
                                   shards if shards is not None else 1)
         return like_param(p, self._zeros(tuple(local(p).shape), dtype))
 
-    def _init_state(self, p: torch.Tensor) -> None:
+    def _init_state(self, p: torch.Tensor, group: Dict[str, Any]) -> None:
         self._maybe_advise(p)
         state = self.state[p]
         state["step"] = 0
         if self._uses_8bit(p):
             for key in ("state1", "state2"):
                 state[key] = self._new_state(p, key, torch.uint8)
+            if group["state_format"] == "fp8":  # codes 0 and scales 0: every moment 0
+                for key in _FP8_KEYS:
+                    state[key] = self._new_state(p, key, torch.float32)
+                return
             state["qmap1"], state["qmap2"] = self._qmap_m, self._qmap_v
             for key in ("absmax1", "absmax2"):
                 state[key] = self._new_state(p, key, torch.float32)
@@ -136,12 +151,15 @@ class _Adam8bitBase(QuantStateOptimizer):
         before any parameter or state is modified."""
         loss = run_closure(closure)
         work = dense_work(self, type(self).__name__)
+        for w in work:  # a state of the other format than its group's: refused before any step
+            self._check_state_format(param_label(w.options, w.group, w.index, w.param), w.options,
+                                     self.state.get(w.param, {}))
         stats = []
         for w in work:
             p = w.param
             state = self.state[p]
             if len(state) == 0:
-                self._init_state(p)
+                self._init_state(p, w.options)
             assert p.grad is not None  # dense_work gives the parameters that have one
             var, g = local(p), local(p.grad)  # a DTensor's local shard
             if g.dtype != var.dtype:
@@ -151,8 +169,8 @@ class _Adam8bitBase(QuantStateOptimizer):
                 g = g.to(var.dtype)
             step = int(state["step"])
             if state["state1"].dtype == torch.uint8:
-                stats.append(StepStats(w.group, w.index, 0,
-                                       self._step_8bit(p, var, g, state, step, w.hyper)))
+                stats.append(StepStats(w.group, w.index, 0, self._step_8bit(
+                    p, var, g, state, step, w.hyper, bool(w.options["guard_lost_v"]))))
             else:
                 stats.append(StepStats(w.group, w.index,
                                        self._step_32bit(p, var, g, state, step, w.hyper), 0))
@@ -166,13 +184,16 @@ class _Adam8bitBase(QuantStateOptimizer):
         return dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps, weight_decay=hp.weight_decay)
 
     def _step_8bit(self, key: torch.Tensor, p: torch.Tensor, g: torch.Tensor,
-                   state: Dict[str, Any], step: int, hp: Hyper) -> int:
+                   state: Dict[str, Any], step: int, hp: Hyper, guard_lost_v: bool) -> int:
         """One step of ``p`` (a plain tensor or a DTensor's local shard; ``key`` names the
-        parameter's plan) and its 8-bit state."""
+        parameter's plan) and its 8-bit state, of either format (its keys say which)."""
         m, v = local(state["state1"]), local(state["state2"])
         blocks = fusekit.quant_blocks(p.numel())
-        absmax1 = local(state["absmax1"]).view(-1)[:blocks]  # a shard's blocks: its row's first
-        absmax2 = local(state["absmax2"]).view(-1)[:blocks]
+        fp8 = "scale1" in state
+        k1, k2 = ("scale1", "scale2") if fp8 else ("absmax1", "absmax2")
+        absmax1 = local(state[k1]).view(-1)[:blocks]  # a shard's blocks: its row's first
+        absmax2 = local(state[k2]).view(-1)[:blocks]
+        qmap1, qmap2 = (self._no_map, self._no_map) if fp8 else (state["qmap1"], state["qmap2"])
         if p.is_contiguous() and g.is_contiguous():
             var, grad, m, v = p.view(-1), g.view(-1), m.view(-1), v.view(-1)
             copy_back = None
@@ -183,9 +204,12 @@ class _Adam8bitBase(QuantStateOptimizer):
             var, grad = p.contiguous().view(-1), g.contiguous().view(-1)
             m, v = m.view(-1), v.view(-1)
             copy_back = var
-        attrs = self._attrs(hp)
+        attrs: Dict[str, Any] = self._attrs(hp)
+        # The plans' integer attributes (fusekit.STATE_FORMATS): 0 the dynamic maps, 1 fp8 (whose
+        # guard is always on).
+        attrs.update(state_format=1 if fp8 else 0, guard_lost_v=1 if fp8 or guard_lost_v else 0)
         st = self._plans.run(id(key), fusekit.ApplyAdamWQuantPlan,
-                             (var, grad, m, v, state["qmap1"], state["qmap2"], absmax1, absmax2),
+                             (var, grad, m, v, qmap1, qmap2, absmax1, absmax2),
                              attrs, tuple(attrs.values()), step, hp.lr)
         if copy_back is not None:
             p.copy_(copy_back.view(p.shape))
@@ -234,9 +258,14 @@ class _Adam8bitBase(QuantStateOptimizer):
                      "with)")
         out["state1"], out["state2"] = s1, s2
         if s1.dtype == torch.uint8:
+            fmt = state_format_of(v) or "dynamic_map"
+            if fmt == "fp8" and any(k in v for k in ("absmax1", "absmax2", "qmap1", "qmap2")):
+                fail("it holds both the fp8 format's scale1/scale2 and the dynamic map's "
+                     "absmax/qmap keys: one format or the other")
+            self._check_loaded_format(p, fmt, fail)
             shape, shards = self._absmax_layout(p)
             want = (shards,) + shape[1:] if shards is not None else shape
-            for key in ("absmax1", "absmax2"):
+            for key in _FP8_KEYS if fmt == "fp8" else ("absmax1", "absmax2"):
                 t = v.get(key)
                 if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
                     fail(f"{key} must be a float32 tensor, got "
@@ -249,14 +278,16 @@ class _Adam8bitBase(QuantStateOptimizer):
                 elif t.numel() != shape[0]:
                     fail(f"{key} must be float32 [{shape[0]}], got {tuple(t.shape)}")
                 out[key] = t
-            for key in ("qmap1", "qmap2"):
-                t = v.get(key)
-                if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != 256:
-                    fail(f"{key} must be float32 [256]")
-                a = t.detach().cpu().reshape(-1).numpy()
-                if not np.all(np.isfinite(a)) or np.any(a[1:] < a[:-1]):
-                    fail(f"{key} must hold 256 finite floats in ascending order")
-                out[key] = t
+            if fmt == "dynamic_map":
+                for key in ("qmap1", "qmap2"):
+                    t = v.get(key)
+                    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 \
+                            or t.numel() != 256:
+                        fail(f"{key} must be float32 [256]")
+                    a = t.detach().cpu().reshape(-1).numpy()
+                    if not np.all(np.isfinite(a)) or np.any(a[1:] < a[:-1]):
+                        fail(f"{key} must hold 256 finite floats in ascending order")
+                    out[key] = t
         return out, {kk: vv for kk, vv in v.items() if kk not in _STATE_KEYS}
 
     def _own_state(self, p: torch.Tensor, s: Dict[str, Any]) -> Dict[str, Any]:
@@ -268,13 +299,16 @@ class _Adam8bitBase(QuantStateOptimizer):
             local(new).copy_(local(t).detach().reshape(local(new).shape))
             out[key] = new
         if s["state1"].dtype == torch.uint8:
-            for key in ("absmax1", "absmax2"):
+            fp8 = "scale1" in s
+            for key in _FP8_KEYS if fp8 else ("absmax1", "absmax2"):
                 new = self._new_state(p, key, torch.float32)
                 local(new).copy_(local(s[key]).detach().reshape(local(new).shape))
                 out[key] = new
-            for key in ("qmap1", "qmap2"):
-                out[key] = self._shared_map(s[key])
+            if not fp8:
+                for key in ("qmap1", "qmap2"):
+                    out[key] = self._shared_map(s[key])
         return out
+
 
 class AdamW8bit(_Adam8bitBase):
     """bitsandbytes' ``AdamW8bit`` on fusekit: 8-bit block-wise m and v for tensors of at least
@@ -286,6 +320,16 @@ class AdamW8bit(_Adam8bitBase):
     least 2 MiB advised for huge pages where it is (its storage never moves). ``is_paged`` has no
     effect on CPU. DTensor parameters (FSDP2) are stepped through their local shards, with the
     state sharded alike (docs/offloaded_training.md).
+
+    ``state_format`` (fusekit's; a hyperparameter of every group): ``"dynamic_map"`` (the
+    default: bitsandbytes' codes, maps and absmax, its state_dict layout) or ``"fp8"`` (m as E4M3,
+    sqrt(v) as UE4M4, one float32 scale per block, no maps: ``state1``, ``state2``, ``scale1``,
+    ``scale2``; docs/fp8_state.md). ``guard_lost_v`` (fusekit's, default True): the lost-v guard
+    of the dynamic-map format, fusekit's deliberate difference from bitsandbytes (a second moment
+    that decodes to 0 while the first does not is read as m^2, so that the step cannot become
+    m / eps); False gives bitsandbytes' arithmetic. The FP8 format always has it (False is
+    refused with "fp8").
+
     After each step, ``last_stats`` holds one :class:`~fusekit.torch.StepStats` per parameter
     stepped: what the non-finite guard left unchanged (blocks of 256 for 8-bit state, elements
     for float32 state).
@@ -295,20 +339,25 @@ class AdamW8bit(_Adam8bitBase):
                  weight_decay: float = 1e-2, amsgrad: bool = False, optim_bits: int = 8,
                  args: Optional[Any] = None, min_8bit_size: int = 4096, is_paged: bool = False,
                  *, percentile_clipping: int = 100, block_wise: bool = True,
-                 hugepages: bool = True) -> None:
+                 hugepages: bool = True, state_format: str = "dynamic_map",
+                 guard_lost_v: bool = True) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, optim_bits, args,
-                         min_8bit_size, is_paged, percentile_clipping, block_wise, hugepages)
+                         min_8bit_size, is_paged, percentile_clipping, block_wise, hugepages,
+                         state_format, guard_lost_v)
 
 
 class Adam8bit(_Adam8bitBase):
     """bitsandbytes' ``Adam8bit`` on fusekit: :class:`AdamW8bit` with ``weight_decay=0`` by
-    default. A weight decay > 0 is decoupled (multiplies the parameter by ``1 - lr *
-    weight_decay``), as bitsandbytes' Adam8bit does, not torch.optim.Adam's L2 term."""
+    default (``state_format`` and ``guard_lost_v`` as there). A weight decay > 0 is decoupled
+    (multiplies the parameter by ``1 - lr * weight_decay``), as bitsandbytes' Adam8bit does, not
+    torch.optim.Adam's L2 term."""
 
     def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, optim_bits: int = 8,
                  args: Optional[Any] = None, min_8bit_size: int = 4096, is_paged: bool = False,
                  *, percentile_clipping: int = 100, block_wise: bool = True,
-                 hugepages: bool = True) -> None:
+                 hugepages: bool = True, state_format: str = "dynamic_map",
+                 guard_lost_v: bool = True) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, optim_bits, args,
-                         min_8bit_size, is_paged, percentile_clipping, block_wise, hugepages)
+                         min_8bit_size, is_paged, percentile_clipping, block_wise, hugepages,
+                         state_format, guard_lost_v)

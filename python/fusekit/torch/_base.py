@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from fusekit import STATE_FORMATS  # the 8-bit state formats (docs/fp8_state.md)
+
 from ._dtensor import is_dtensor, local
 from ._plans import PlanCache
 
@@ -176,8 +178,14 @@ class FusekitOptimizer(torch.optim.Optimizer):
         self.hugepages = bool(hugepages)
         self.last_stats = []
         self._reset_runtime()
-        check_hparams(self._prefix(), defaults)
+        defaults = {**defaults, **self._extra_defaults()}
+        self._check_group(-1, defaults)
         super().__init__(params, defaults)
+
+    def _extra_defaults(self) -> Dict[str, Any]:
+        """Hyperparameters a subclass adds to the constructor's ``defaults`` (and so to every
+        group), set before torch's constructor adds the groups."""
+        return {}
 
     def _reset_runtime(self) -> None:
         """The caches a copy makes again: plans, and the parameters advised for huge pages."""
@@ -200,7 +208,8 @@ class FusekitOptimizer(torch.optim.Optimizer):
             raise
 
     def _check_group(self, gi: int, group: Dict[str, Any]) -> Hyper:
-        return check_hparams(self._prefix(), group, f"param group {gi}")
+        """The group's hyperparameters, checked (``gi`` -1: the constructor's defaults)."""
+        return check_hparams(self._prefix(), group, f"param group {gi}" if gi >= 0 else "")
 
     def _check_param(self, gi: int, pi: int, group: Dict[str, Any], p: torch.Tensor) -> None:
         raise NotImplementedError
@@ -250,6 +259,7 @@ class FusekitOptimizer(torch.optim.Optimizer):
         if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
             raise ValueError("loaded state dict contains a parameter group that doesn't match "
                              "the size of optimizer's group")
+        self._check_loaded_groups(saved_groups)
         id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
                           chain.from_iterable(g["params"] for g in groups)))
         claimed: Dict[torch.Tensor, Dict[str, Any]] = {}
@@ -272,6 +282,7 @@ class FusekitOptimizer(torch.optim.Optimizer):
         state_dict["state"] = rest
         # torch's own load for the rest (groups, names, anything else in the state), its hooks
         # already run above.
+        old_groups = [{k: v for k, v in g.items() if k != "params"} for g in groups]
         self._optimizer_load_state_dict_pre_hooks = OrderedDict()
         self._optimizer_load_state_dict_post_hooks = OrderedDict()
         try:
@@ -279,10 +290,18 @@ class FusekitOptimizer(torch.optim.Optimizer):
         finally:
             self._optimizer_load_state_dict_pre_hooks = pre_hooks
             self._optimizer_load_state_dict_post_hooks = post_hooks
+        self._after_load_groups(old_groups)
         for p, s in owned.items():
             self.state[p].update(s)
         for post_hook in list(post_hooks.values()):
             post_hook(self)
+
+    def _check_loaded_groups(self, saved_groups: List[Dict[str, Any]]) -> None:
+        """Refuses saved groups this optimizer cannot take (before anything is loaded)."""
+
+    def _after_load_groups(self, old_groups: List[Dict[str, Any]]) -> None:
+        """After torch's load replaced the groups with the saved ones: what a subclass keeps from
+        the groups it had (``old_groups``: each group's options, without its params)."""
 
     def _split_loaded_state(self, p: torch.Tensor, v: Dict[str, Any],
                             fail: Callable[[str], Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -294,9 +313,110 @@ class FusekitOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
+def check_state_options(prefix: str, group: Dict[str, Any], where: str = "") -> Tuple[str, bool]:
+    """The 8-bit optimizers' two state hyperparameters (their rule, as ``check_hparams``'s):
+    ``state_format`` one of STATE_FORMATS, ``guard_lost_v`` a bool, True with "fp8" (the FP8
+    format always has the lost-v guard)."""
+    at = f" ({where})" if where else ""
+    fmt = group.get("state_format", "dynamic_map")
+    if not isinstance(fmt, str) or fmt not in STATE_FORMATS:
+        raise ValueError(f"{prefix}: Invalid state_format value: {fmt!r}{at}; it must be "
+                         "'dynamic_map' (codes into the dynamic maps, bitsandbytes' format) or "
+                         "'fp8' (m as E4M3, sqrt(v) as UE4M4, one scale per block: "
+                         "docs/fp8_state.md)")
+    guard = group.get("guard_lost_v", True)
+    if not isinstance(guard, (bool, np.bool_)):
+        raise ValueError(f"{prefix}: Invalid guard_lost_v value: {guard!r}{at}; it must be True "
+                         "or False")
+    if fmt == "fp8" and not guard:
+        raise ValueError(f"{prefix}: guard_lost_v=False{at} is not available with "
+                         "state_format='fp8': the FP8 format always has the lost-v guard "
+                         "(docs/fp8_state.md); guard_lost_v=False is the dynamic-map format's "
+                         "bitsandbytes-identical arithmetic")
+    return fmt, bool(guard)
+
+
+def state_format_of(state: Dict[str, Any]) -> Optional[str]:
+    """The format of a parameter's 8-bit state, from its keys: "fp8" (``scale1`` / ``scale2``),
+    "dynamic_map" (``absmax1`` / ``absmax2``, ``qmap1`` / ``qmap2``), None (float32 moments, or no
+    state yet)."""
+    if "scale1" in state or "scale2" in state:
+        return "fp8"
+    if any(k in state for k in ("absmax1", "absmax2", "qmap1", "qmap2")):
+        return "dynamic_map"
+    return None
+
+
 class QuantStateOptimizer(FusekitOptimizer):
-    """What the 8-bit optimizers share: the dynamic maps (one tensor per bit pattern, shared by
-    every 8-bit state, again after copy, pickle or load) and the ``min_8bit_size`` rule."""
+    """What the 8-bit optimizers share: the two state formats (``state_format`` and
+    ``guard_lost_v``, hyperparameters of every group: ``check_state_options``), the dynamic maps
+    (one tensor per bit pattern, shared by every dynamic-map state, again after copy, pickle or
+    load) and the ``min_8bit_size`` rule.
+
+    A parameter's 8-bit state has the format of its group when it is made (its first step) and
+    keeps it: its keys say which (``state_format_of``). A step whose group names the other format
+    than a parameter's state, and a state_dict of the other format, are refused (a state is not
+    converted)."""
+
+    _state_defaults: Dict[str, Any]
+
+    def _set_state_options(self, state_format: Any, guard_lost_v: Any) -> None:
+        """The constructor's two state hyperparameters (checked with the others in the base's
+        constructor), to be added to ``defaults``; call before the base's ``__init__``."""
+        self._state_defaults = {"state_format": state_format, "guard_lost_v": guard_lost_v}
+
+    def _extra_defaults(self) -> Dict[str, Any]:
+        return dict(self._state_defaults)
+
+    def _check_group(self, gi: int, group: Dict[str, Any]) -> Hyper:
+        hyper = super()._check_group(gi, group)
+        check_state_options(self._prefix(), group, f"param group {gi}" if gi >= 0 else "")
+        return hyper
+
+    def _check_state_format(self, label: str, group: Dict[str, Any],
+                            state: Dict[str, Any]) -> None:
+        """A step's phase one: the parameter's 8-bit state must be of its group's format."""
+        have = state_format_of(state)
+        want = group.get("state_format", "dynamic_map")
+        if have is not None and have != want:
+            raise ValueError(f"{self._prefix()}: {label} holds {have} state but its group's "
+                             f"state_format is now {want!r}: a parameter's 8-bit state keeps the "
+                             "format it was made with (states are not converted); nothing was "
+                             "modified")
+
+    def _group_format_of(self, p: torch.Tensor) -> str:
+        for group in self.param_groups:
+            if any(q is p for q in group["params"]):
+                return str(group.get("state_format", "dynamic_map"))
+        return "dynamic_map"
+
+    def _check_loaded_format(self, p: torch.Tensor, have: Optional[str],
+                             fail: Callable[[str], Any]) -> None:
+        """A saved 8-bit state of the format this optimizer's group of ``p`` has, or refused."""
+        want = self._group_format_of(p)
+        if have is not None and have != want:
+            keys = "scale1, scale2" if have == "fp8" else "absmax1, absmax2, qmap1, qmap2"
+            fail(f"it holds {have} state ({keys}) but this optimizer's state_format for its "
+                 f"group is {want!r}; construct the optimizer with state_format={have!r} to "
+                 "load it (fusekit does not convert a state between the formats)")
+
+    def _check_loaded_groups(self, saved_groups: List[Dict[str, Any]]) -> None:
+        for gi, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if "state_format" in saved and saved["state_format"] != group.get("state_format"):
+                raise ValueError(f"{self._prefix()}.load_state_dict: param group {gi} was saved "
+                                 f"with state_format {saved['state_format']!r}, this optimizer's "
+                                 f"is {group.get('state_format')!r}; construct the optimizer "
+                                 f"with state_format={saved['state_format']!r} to load it "
+                                 "(fusekit does not convert a state between the formats); "
+                                 "nothing was loaded")
+
+    def _after_load_groups(self, old_groups: List[Dict[str, Any]]) -> None:
+        # A state_dict of bitsandbytes (or of fusekit before the formats) has groups without the
+        # two: they keep this optimizer's.
+        for group, old in zip(self.param_groups, old_groups):
+            for key in ("state_format", "guard_lost_v"):
+                if key not in group and key in old:
+                    group[key] = old[key]
 
     def _check_min_8bit_size(self, min_8bit_size: Any) -> int:
         if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)) \
@@ -313,6 +433,8 @@ class QuantStateOptimizer(FusekitOptimizer):
         self._qmap_m, self._qmap_v = qm, qv
         # Maps shared by every 8-bit parameter's state (bytes -> tensor), the optimizer's own first.
         self._maps = {tensor_key(qm): qm, tensor_key(qv): qv}
+        # What the fp8 format hands the operators for the maps it does not use: no elements.
+        self._no_map = torch.empty(0, dtype=torch.float32)
 
     def _shared_map(self, t: torch.Tensor) -> torch.Tensor:
         """The optimizer's tensor with ``t``'s bits (a map of another bit pattern, such as
@@ -326,6 +448,13 @@ class QuantStateOptimizer(FusekitOptimizer):
     def _after_setstate(self) -> None:
         if "_maps" not in self.__dict__:  # a copy or an unpickled optimizer
             self._init_maps()
+            # One pickled before the state formats: its groups get the defaults (a load_state_dict
+            # keeps the groups' own: _after_load_groups).
+            self.defaults.setdefault("state_format", "dynamic_map")
+            self.defaults.setdefault("guard_lost_v", True)
+            for group in self.param_groups:
+                group.setdefault("state_format", self.defaults["state_format"])
+                group.setdefault("guard_lost_v", self.defaults["guard_lost_v"])
         for st in self.state.values():  # the maps the states hold, shared again by bit pattern
             for key in ("qmap1", "qmap2"):
                 t = st.get(key) if isinstance(st, dict) else None

@@ -10,11 +10,14 @@ instead of ``8 D``. Smaller tables keep float32 moments and are stepped by
 
 State per parameter:
 
-- 8-bit (bitsandbytes' names, as :class:`fusekit.torch.AdamW8bit`): ``step`` (int),
-  ``state1`` / ``state2`` (m / v: uint8 codes, the parameter's shape), ``absmax1`` / ``absmax2``
-  (float32 ``[R, ceil(D / 256)]``, R the parameter's first dimension and D the product of the
-  others), ``qmap1`` / ``qmap2`` (float32 [256], the signed and unsigned dynamic maps, one tensor
-  shared by every parameter);
+- 8-bit, ``state_format="dynamic_map"`` (the default; bitsandbytes' names, as
+  :class:`fusekit.torch.AdamW8bit`): ``step`` (int), ``state1`` / ``state2`` (m / v: uint8 codes,
+  the parameter's shape), ``absmax1`` / ``absmax2`` (float32 ``[R, ceil(D / 256)]``, R the
+  parameter's first dimension and D the product of the others), ``qmap1`` / ``qmap2`` (float32
+  [256], the signed and unsigned dynamic maps, one tensor shared by every parameter);
+- 8-bit, ``state_format="fp8"`` (docs/fp8_state.md): ``step``, ``state1`` (m as E4M3 codes),
+  ``state2`` (sqrt(v) as UE4M4 codes), ``scale1`` / ``scale2`` (float32 ``[R, ceil(D / 256)]``,
+  the blocks' scales); no maps;
 - float32 (tables under ``min_8bit_size``): :class:`~fusekit.torch.SparseAdam`'s and torch's
   ``step``, ``exp_avg``, ``exp_avg_sq``.
 
@@ -31,7 +34,7 @@ import torch
 
 import fusekit
 
-from ._base import LR, Betas, Hyper, QuantStateOptimizer, step_value
+from ._base import LR, Betas, Hyper, QuantStateOptimizer, state_format_of, step_value
 from ._sparse_adam import _DENSE_MESSAGE, SparseAdam, _rows, _Work
 
 __all__ = ["SparseAdam8bit"]
@@ -39,6 +42,7 @@ __all__ = ["SparseAdam8bit"]
 BLOCK_SIZE = fusekit.BLOCK_SIZE
 _DTYPES_8BIT = (torch.float32, torch.bfloat16, torch.float16)
 _KEYS_8BIT = ("state1", "state2", "absmax1", "absmax2", "qmap1", "qmap2")
+_KEYS_FP8 = ("state1", "state2", "scale1", "scale2")
 
 
 def _layout(p: torch.Tensor) -> Tuple[int, int, int]:
@@ -61,6 +65,12 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
         hugepages (bool, keyword only): as :class:`fusekit.torch.SparseAdam`: a parameter of at
             least 2 MiB given huge pages in place at its first step (its storage never moves), the
             state allocated on huge-page memory (default True).
+        state_format (str, keyword only): ``"dynamic_map"`` (default: codes into the dynamic
+            maps, bitsandbytes' format) or ``"fp8"`` (m as E4M3, sqrt(v) as UE4M4, one scale per
+            row block; docs/fp8_state.md). A hyperparameter of every group.
+        guard_lost_v (bool, keyword only): the lost-v guard in the dynamic-map format (default
+            True: a v that decodes to 0 while m does not is read as m^2, never m / eps); always on
+            in fp8 (False refused there).
 
     Parameters: dense CPU tensors with sparse COO gradients (``nn.Embedding(sparse=True)``,
     ``nn.EmbeddingBag(sparse=True)``), coalesced or not. 8-bit tables may be float32, bfloat16 or
@@ -80,10 +90,11 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
     _OPTIONS = ("hugepages", "min_8bit_size")
 
     def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,
-                 maximize: bool = False, *, min_8bit_size: int = 4096,
-                 hugepages: bool = True) -> None:
+                 maximize: bool = False, *, min_8bit_size: int = 4096, hugepages: bool = True,
+                 state_format: str = "dynamic_map", guard_lost_v: bool = True) -> None:
         self.min_8bit_size = self._check_min_8bit_size(min_8bit_size)
         self._init_maps()
+        self._set_state_options(state_format, guard_lost_v)
         super().__init__(params, lr=lr, betas=betas, eps=eps, maximize=maximize,
                          hugepages=hugepages)
 
@@ -116,6 +127,7 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
             return
         p = w.param
         label = self._label(w.group, w.index, p)
+        self._check_state_format(label, self.param_groups[w.group], st)
         if "state1" not in st:
             if "exp_avg" not in st or "exp_avg_sq" not in st:
                 raise ValueError(f"{self._prefix()}: the state of {label} has neither 8-bit state "
@@ -124,10 +136,14 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
             self._check_float_state(w, st)
             return
         rows, cols, blocks = _layout(p)
-        want = {"state1": (torch.uint8, tuple(p.shape)), "state2": (torch.uint8, tuple(p.shape)),
-                "absmax1": (torch.float32, (rows, blocks)),
-                "absmax2": (torch.float32, (rows, blocks)),
-                "qmap1": (torch.float32, (256,)), "qmap2": (torch.float32, (256,))}
+        want = {"state1": (torch.uint8, tuple(p.shape)), "state2": (torch.uint8, tuple(p.shape))}
+        if state_format_of(st) == "fp8":
+            want.update(scale1=(torch.float32, (rows, blocks)),
+                        scale2=(torch.float32, (rows, blocks)))
+        else:
+            want.update(absmax1=(torch.float32, (rows, blocks)),
+                        absmax2=(torch.float32, (rows, blocks)),
+                        qmap1=(torch.float32, (256,)), qmap2=(torch.float32, (256,)))
         for key, (dtype, shape) in want.items():
             t = st.get(key)
             if not isinstance(t, torch.Tensor) or t.dtype != dtype or tuple(t.shape) != shape \
@@ -138,23 +154,26 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
                                  f"CPU {dtype} tensor {list(shape)}, got {got}")
 
     # ---- state ----------------------------------------------------------------------------------
-    def _packed_8bit(self, p: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def _packed_8bit(self, p: torch.Tensor, fp8: bool) -> Dict[str, torch.Tensor]:
         # The 8-bit state of one parameter, packed by row: m's codes and v's codes of a row side by
-        # side in one [R, 2, D] table, and their absmax in one [R, 2, B] table; state1/state2 and
-        # absmax1/absmax2 are views of the two tables (of the parameter's shape and [R, B]). A
-        # step then touches one cache line of codes and one of absmax per row (D <= 32) instead
-        # of two each: docs/lazy_adam_quant.md#performance. Zero-filled: every moment is 0.
+        # side in one [R, 2, D] table, and their absmax (fp8: scales) in one [R, 2, B] table;
+        # state1/state2 and absmax1/absmax2 (scale1/scale2) are views of the two tables (of the
+        # parameter's shape and [R, B]). A step then touches one cache line of codes and one of
+        # absmax per row (D <= 32) instead of two each: docs/lazy_adam_quant.md#performance.
+        # Zero-filled: every moment is 0 (in both formats).
         rows, cols, blocks = _layout(p)
         codes = self._zeros((rows, 2, cols), torch.uint8)
-        absmax = self._zeros((rows, 2, blocks), torch.float32)
+        per_block = self._zeros((rows, 2, blocks), torch.float32)
+        k1, k2 = ("scale1", "scale2") if fp8 else ("absmax1", "absmax2")
         return {"state1": codes[:, 0, :].view(p.shape), "state2": codes[:, 1, :].view(p.shape),
-                "absmax1": absmax[:, 0, :], "absmax2": absmax[:, 1, :]}
+                k1: per_block[:, 0, :], k2: per_block[:, 1, :]}
 
-    def _init_8bit(self, p: torch.Tensor, state: Dict[str, Any]) -> None:
+    def _init_8bit(self, p: torch.Tensor, state: Dict[str, Any], fp8: bool) -> None:
         state["step"] = 0
-        state.update(self._packed_8bit(p))
-        state["qmap1"] = self._qmap_m
-        state["qmap2"] = self._qmap_v
+        state.update(self._packed_8bit(p, fp8))
+        if not fp8:
+            state["qmap1"] = self._qmap_m
+            state["qmap2"] = self._qmap_v
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state this optimizer holds now (codes, absmax and float32 moments;
@@ -180,7 +199,13 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
         if p.dim() < 1 or p.dtype not in _DTYPES_8BIT:
             fail(f"8-bit state needs a float32, bfloat16 or float16 parameter of at least one "
                  f"dimension, got {p.dtype} of {p.dim()} dimensions")
-        for key in ("step",) + _KEYS_8BIT:
+        fmt = state_format_of(v) or "dynamic_map"
+        if fmt == "fp8" and any(k in v for k in ("absmax1", "absmax2", "qmap1", "qmap2")):
+            fail("it holds both the fp8 format's scale1/scale2 and the dynamic map's absmax/qmap "
+                 "keys: one format or the other")
+        self._check_loaded_format(p, fmt, fail)
+        keys = _KEYS_FP8 if fmt == "fp8" else _KEYS_8BIT
+        for key in ("step",) + keys:
             if key not in v:
                 fail(f"'{key}' is missing")
         rows, _, blocks = _layout(p)
@@ -189,7 +214,11 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
                               ("state2", torch.uint8, p.numel()),
                               ("absmax1", torch.float32, rows * blocks),
                               ("absmax2", torch.float32, rows * blocks),
+                              ("scale1", torch.float32, rows * blocks),
+                              ("scale2", torch.float32, rows * blocks),
                               ("qmap1", torch.float32, 256), ("qmap2", torch.float32, 256)):
+            if key not in keys:
+                continue
             t = v[key]
             if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() != n \
                     or t.layout != torch.strided:
@@ -197,20 +226,23 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
                        else type(t).__name__)
                 fail(f"{key} must be {dtype} of {n} elements, got {got}")
             out[key] = t
-        for key in ("qmap1", "qmap2"):
+        for key in ("qmap1", "qmap2") if fmt == "dynamic_map" else ():
             a = out[key].detach().cpu().reshape(-1).numpy()
             if not np.all(np.isfinite(a)) or np.any(a[1:] < a[:-1]):
                 fail(f"{key} must hold 256 finite floats in ascending order")
-        return out, {kk: vv for kk, vv in v.items() if kk not in _KEYS_8BIT + ("step",)}
+        return out, {kk: vv for kk, vv in v.items()
+                     if kk not in _KEYS_8BIT + _KEYS_FP8 + ("step",)}
 
     def _own_state(self, p: torch.Tensor, s: Dict[str, Any]) -> Dict[str, Any]:
         if "state1" not in s:
             return super()._own_state(p, s)
         out: Dict[str, Any] = {"step": s["step"]}
-        for key, dst in self._packed_8bit(p).items():  # whatever layout the saved one had
+        fp8 = "scale1" in s
+        for key, dst in self._packed_8bit(p, fp8).items():  # whatever layout the saved one had
             out[key] = dst.copy_(s[key].detach().cpu().reshape(dst.shape))
-        for key in ("qmap1", "qmap2"):
-            out[key] = self._shared_map(s[key])
+        if not fp8:
+            for key in ("qmap1", "qmap2"):
+                out[key] = self._shared_map(s[key])
         return out
 
     # ---- the step -------------------------------------------------------------------------------
@@ -246,7 +278,7 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
 
     def _init_state(self, p: torch.Tensor, state: Dict[str, Any]) -> None:
         if self._is_8bit(p):  # before the state exists: by size; kept after
-            self._init_8bit(p, state)
+            self._init_8bit(p, state, self._group_format_of(p) == "fp8")
         else:
             super()._init_state(p, state)
 
@@ -260,8 +292,9 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
                   hp: Hyper) -> Any:
         rows, cols, blocks = _layout(w.param)
         shapes = [(rows, cols)] * 3 + [(rows, blocks)] * 2
-        tensors = [w.param.data, state["state1"], state["state2"], state["absmax1"],
-                   state["absmax2"]]
+        fp8 = "scale1" in state
+        k1, k2 = ("scale1", "scale2") if fp8 else ("absmax1", "absmax2")
+        tensors = [w.param.data, state["state1"], state["state2"], state[k1], state[k2]]
         views, back = [], []
         for t, (r, c) in zip(tensors, shapes):
             v = _rows(t, r, c)
@@ -271,10 +304,15 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
             views.append(v)
         var, m, v, am, av = views
         assert w.indices is not None
-        attrs = dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps)
+        # The plans' integer attributes (fusekit.STATE_FORMATS): 0 the dynamic maps, 1 fp8 (whose
+        # guard is always on).
+        guard = fp8 or bool(self.param_groups[w.group]["guard_lost_v"])
+        attrs: Dict[str, Any] = dict(beta1=hp.beta1, beta2=hp.beta2, eps=hp.eps,
+                                     state_format=1 if fp8 else 0, guard_lost_v=int(guard))
+        qmap1, qmap2 = (self._no_map, self._no_map) if fp8 else (state["qmap1"], state["qmap2"])
         st = self._plans.run(id(w.param), fusekit.LazyAdamQuantPlan,
-                             (values, w.indices, m, v, var, state["qmap1"], state["qmap2"], am, av),
-                             attrs, (hp.beta1, hp.beta2, hp.eps, values.shape[0],
+                             (values, w.indices, m, v, var, qmap1, qmap2, am, av),
+                             attrs, (hp.beta1, hp.beta2, hp.eps, fp8, guard, values.shape[0],
                                      w.indices.dtype), 0, step_size)
         for t, c in back:
             t.copy_(c.view(t.shape))
