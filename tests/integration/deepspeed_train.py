@@ -1,6 +1,7 @@
 """One rank of DeepSpeed ZeRO runs with the optimizer offloaded to the CPU and a client optimizer
 (2 gloo ranks on loopback, DeepSpeed's CPU accelerator): a small MLP, each rank half of a fixed
-batch. For each optimizer (torch.optim.AdamW, fusekit.torch.AdamW, fusekit.torch.AdamW8bit), from
+batch. For each optimizer (torch.optim.AdamW, fusekit.torch.AdamW, fusekit.torch.AdamW8bit with the
+dynamic-map and the fp8 state format), from
 the same initial model: 12 steps, save_checkpoint after step 7, then load_checkpoint and the last
 5 steps again. Writes the losses of both passes per optimizer to a file.
 
@@ -26,6 +27,7 @@ OPTIMIZERS = {
     "fusekit": lambda ps: ft.AdamW(ps, lr=3e-3, weight_decay=0.01),
     # DeepSpeed hands the optimizer one flat partition per rank: 8-bit whatever min_8bit_size says
     "fusekit8bit": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01),
+    "fusekit_fp8": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01, state_format="fp8"),
 }
 
 
@@ -76,7 +78,8 @@ def run(which, stage, ckpt, rank, world):
     again = [step() for _ in range(STEPS - SAVE_AT)]
     state = next(iter(engine.optimizer.optimizer.state.values())) if which != "torch" else {}
     return {"losses": losses, "again": again,
-            "state_dtype": str(state.get("state1", state.get("exp_avg", torch.empty(0))).dtype)}
+            "state_dtype": str(state.get("state1", state.get("exp_avg", torch.empty(0))).dtype),
+            "state_keys": sorted(state)}
 
 
 def main():

@@ -1,6 +1,7 @@
 """One rank of FSDP2 runs (torch.distributed.fsdp.fully_shard on 2 gloo ranks, loopback): a small
 MLP, each rank half of a fixed batch, 20 steps of each optimizer (torch.optim.AdamW, then
-fusekit.torch.AdamW, then fusekit.torch.AdamW8bit), each from the same initial model. Writes, per
+fusekit.torch.AdamW, then fusekit.torch.AdamW8bit with the dynamic-map and with the fp8 state
+format), each from the same initial model. Writes, per
 optimizer, the losses, the full parameters and what the optimizer's state looks like to a file.
 
     fsdp2_train.py DTYPE OFFLOAD OUT     DTYPE: float32 | bfloat16 (the parameters'); OFFLOAD: 0 | 1
@@ -24,6 +25,8 @@ OPTIMIZERS = {
     "fusekit": lambda ps: ft.AdamW(ps, lr=3e-3, weight_decay=0.01),
     # min_8bit_size 1024: both large weights 8-bit, the biases and the last layer float32
     "fusekit8bit": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01, min_8bit_size=1024),
+    "fusekit_fp8": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01, min_8bit_size=1024,
+                                           state_format="fp8"),
 }
 
 
@@ -74,6 +77,7 @@ def run(which, dtype, offload, rank, world):
         info["state_local_numel"] = local_numel  # this rank's (rank 0's in the file)
         info["state_numel_all_ranks"] = int(total)
         info["state_8bit"] = sum(s[keys[0]].dtype == torch.uint8 for s in states)
+        info["state_keys"] = sorted({k for s in states for k in s})
     return info
 
 

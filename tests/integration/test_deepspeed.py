@@ -2,8 +2,8 @@
 optimizer offloaded to the CPU (2 gloo ranks on loopback, DeepSpeed's CPU accelerator; the
 DeepSpeed lane of the integration tests, its own environment: requirements/deepspeed.txt).
 
-tests/integration/deepspeed_train.py: fusekit.torch.AdamW and AdamW8bit against torch.optim.AdamW
-as the client optimizer in the same configuration: the losses of 12 steps within 1% of torch's,
+tests/integration/deepspeed_train.py: fusekit.torch.AdamW and AdamW8bit (dynamic map and fp8 state)
+against torch.optim.AdamW as the client optimizer in the same configuration: the losses of 12 steps within 1% of torch's,
 torch's run must learn, the state kept as each optimizer keeps it (uint8 codes for AdamW8bit:
 DeepSpeed's flat partition is large); and save_checkpoint after step 7, load_checkpoint, the last
 5 steps again: the same losses bit for bit (the optimizer's state went through DeepSpeed's
@@ -31,3 +31,5 @@ def test_deepspeed_zero_offload_client_optimizers(tmp_path, stage):
                 assert abs(a - b) <= 0.01 * abs(b), (which, run["losses"], lt)
     assert runs["fusekit"]["state_dtype"] == "torch.float32"
     assert runs["fusekit8bit"]["state_dtype"] == "torch.uint8"
+    assert runs["fusekit_fp8"]["state_dtype"] == "torch.uint8"
+    assert runs["fusekit_fp8"]["state_keys"] == ["scale1", "scale2", "state1", "state2", "step"]

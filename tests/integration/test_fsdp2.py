@@ -1,15 +1,15 @@
 """fusekit's torch optimizers under PyTorch FSDP2 (fully_shard), 2 gloo ranks on loopback.
 
-- tests/integration/fsdp2_train.py: fusekit.torch.AdamW and AdamW8bit against torch.optim.AdamW
-  in the same setting (the peer a user replaces), float32 and bfloat16 parameters, with and
+- tests/integration/fsdp2_train.py: fusekit.torch.AdamW and AdamW8bit (dynamic map and fp8 state)
+  against torch.optim.AdamW in the same setting (the peer a user replaces), float32 and bfloat16 parameters, with and
   without CPUOffloadPolicy: the losses of 20 steps within 1% of torch's, torch's run must learn,
   AdamW's parameters close to float32 rounding, the state sharded as DTensors (each rank holds
   its half), the 8-bit state where min_8bit_size says, and the parameters' storage never
   replaced.
 - tests/integration/fsdp2_dcp.py: a save through torch.distributed.checkpoint, restart in new
-  processes and resume equal bit for bit to the uninterrupted run, for both optimizers; and the
-  same checkpoint loaded at another world size: the float32 state resharded exactly, the 8-bit
-  state (whose blocks lie inside each shard) refused.
+  processes and resume equal bit for bit to the uninterrupted run, for AdamW and AdamW8bit in
+  both state formats; and the same checkpoint loaded at another world size: the float32 state
+  resharded exactly, the 8-bit state (whose blocks lie inside each shard) refused.
 """
 import pytest
 
@@ -29,7 +29,7 @@ def test_fsdp2_optimizers_match_torch_adamw(tmp_path, dtype, offload):
     theirs = runs["torch"]
     lt = theirs["losses"]
     assert lt[-1] < 0.8 * lt[0], lt  # the yardstick learns
-    for which in ("fusekit", "fusekit8bit"):
+    for which in ("fusekit", "fusekit8bit", "fusekit_fp8"):
         ours = runs[which]
         lo = ours["losses"]
         for a, b in zip(lo, lt):
@@ -41,12 +41,15 @@ def test_fsdp2_optimizers_match_torch_adamw(tmp_path, dtype, offload):
         assert 0.4 < ours["state_local_numel"] / ours["param_numel"] < 0.6, which
     assert runs["fusekit"]["state_8bit"] == 0
     assert runs["fusekit8bit"]["state_8bit"] == 2  # the two weights of >= 1024 elements
+    assert runs["fusekit_fp8"]["state_8bit"] == 2
+    assert "qmap1" in runs["fusekit8bit"]["state_keys"]
+    assert runs["fusekit_fp8"]["state_keys"] == ["scale1", "scale2", "state1", "state2", "step"]
     if dtype == "float32":  # torch keeps bfloat16 moments for bfloat16 parameters: not comparable
         for name, w in runs["fusekit"]["params"].items():
             torch.testing.assert_close(w, theirs["params"][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("opt", ["adamw", "adamw8bit"])
+@pytest.mark.parametrize("opt", ["adamw", "adamw8bit", "adamw8bit_fp8"])
 def test_dcp_save_restart_resume_is_bitwise_the_uninterrupted_run(tmp_path, opt):
     """12 steps straight, against 7 steps, torch.distributed.checkpoint save (the optimizer's
     DTensor state: every rank's shard), new processes, load, 5 more steps: the same bits."""
@@ -70,4 +73,5 @@ def test_dcp_save_restart_resume_is_bitwise_the_uninterrupted_run(tmp_path, opt)
             for key, t in st.items():
                 assert torch.equal(got["state"][i][key], t), (i, key)
     else:
-        assert "refused" in got and "absmax1" in got["refused"], got
+        key = "scale1" if opt == "adamw8bit_fp8" else "absmax1"
+        assert "refused" in got and key in got["refused"], got

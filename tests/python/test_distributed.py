@@ -2,7 +2,9 @@
 sparse EmbeddingBag under DistributedDataParallel (fusekit.torch.SparseAdam) and dense layers with
 fusekit.torch.AdamW8bit inside ZeroRedundancyOptimizer (the 8-bit state sharded over the ranks).
 Both ranks must end with bitwise identical parameters, equal to float32 rounding to one process
-training on the whole batch (tests/python/helpers/distributed_train.py)."""
+training on the whole batch (tests/python/helpers/distributed_train.py). Again with the FP8 state
+format (docs/fp8_state.md): the table on SparseAdam8bit and the dense layers on AdamW8bit, both
+state_format="fp8"."""
 import os
 import pathlib
 import socket
@@ -24,13 +26,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_gloo_ranks_match_one_process(tmp_path):
+@pytest.mark.parametrize("state_format", ["dynamic_map", "fp8"])
+def test_two_gloo_ranks_match_one_process(tmp_path, state_format):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
                OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), "rank", str(tmp_path / f"rank{r}.pt")],
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), "rank", str(tmp_path / f"rank{r}.pt"),
+                               state_format],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    single = subprocess.run([sys.executable, str(SCRIPT), "single", str(tmp_path / "single.pt")],
+    single = subprocess.run([sys.executable, str(SCRIPT), "single", str(tmp_path / "single.pt"),
+                             state_format],
                             env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
                             text=True, timeout=300)
     assert single.returncode == 0, single.stdout + single.stderr
@@ -54,3 +59,8 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     # single process's.
     assert 0 < r0["dense_state_bytes"] < one["dense_state_bytes"]
     assert r0["dense_state_bytes"] + r1["dense_state_bytes"] == one["dense_state_bytes"]
+    fp8_keys = ["scale1", "scale2", "state1", "state2", "step"]
+    if state_format == "fp8":
+        assert one["dense_state_keys"] == fp8_keys and one["sparse_state_keys"] == fp8_keys
+    else:
+        assert "qmap1" in one["dense_state_keys"] and "exp_avg" in one["sparse_state_keys"]

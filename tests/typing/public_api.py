@@ -49,6 +49,11 @@ def uses() -> None:
     base_class: torch.optim.Optimizer = opt
     model(torch.ones(2, 8)).sum().backward()
     base_class.step()
+    eight = fusekit.torch.AdamW8bit(model.parameters(), min_8bit_size=1, state_format="fp8",
+                                    guard_lost_v=True)
+    assert_type(eight, fusekit.torch.AdamW8bit)
+    eight.step()
+    assert "scale1" in eight.state[model.weight]
     table = nn.Embedding(16, 4, sparse=True)
     sparse = fusekit.torch.SparseAdam(table.parameters(), lr=1e-2)
     assert_type(sparse, fusekit.torch.SparseAdam)
@@ -103,6 +108,7 @@ def misuses() -> None:
     model = nn.Linear(8, 4)
     fusekit.torch.AdamW(model.parameters(), lr="1e-3")  # type: ignore[arg-type]
     fusekit.torch.AdamWW(model.parameters())  # type: ignore[attr-defined]
+    fusekit.torch.Adam8bit(model.parameters(), guard_lost_v="yes")  # type: ignore[arg-type]
     fusekit.torch.MultiLoRALinear(model, num_adapters="2", rank=2)  # type: ignore[arg-type]
     fusekit.torch.add_lora(torch.zeros(3, 4), torch.ones(3, 8), torch.zeros(2, 1, 4, 2),
                            torch.tensor([0, 1, -1]), scale="2")  # type: ignore[arg-type]

@@ -4,8 +4,11 @@ table; fusekit.torch.AdamW8bit for the dense layers inside ZeroRedundancyOptimiz
 state is sharded over the ranks), or as one process on the whole batch. Saves the final
 parameters (and the optimizer-state bytes this process holds) with torch.save.
 
-  distributed_train.py single OUT
-  distributed_train.py rank OUT      (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the env)
+  distributed_train.py single OUT [FORMAT]
+  distributed_train.py rank OUT [FORMAT]     (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the env)
+
+FORMAT: dynamic_map (the default: the table on fusekit.torch.SparseAdam, float32 state) or fp8
+(the table on SparseAdam8bit and the dense layers on AdamW8bit, both with state_format="fp8").
 """
 import os
 import sys
@@ -41,14 +44,17 @@ def batches():
         yield ids, torch.randn(BATCH, generator=g)
 
 
-def optimizers(model, dense_wrapper=None):
-    sparse = ft.SparseAdam(list(model.table.parameters()), lr=0.01)
-    dense_params = list(model.up.parameters()) + list(model.out.parameters())
-    if dense_wrapper is None:
-        dense = ft.AdamW8bit(dense_params, lr=1e-3, weight_decay=0.01)
+def optimizers(model, dense_wrapper=None, state_format="dynamic_map"):
+    if state_format == "fp8":
+        sparse = ft.SparseAdam8bit(list(model.table.parameters()), lr=0.01, state_format="fp8")
     else:
-        dense = dense_wrapper(dense_params, optimizer_class=ft.AdamW8bit, lr=1e-3,
-                              weight_decay=0.01)
+        sparse = ft.SparseAdam(list(model.table.parameters()), lr=0.01)
+    dense_params = list(model.up.parameters()) + list(model.out.parameters())
+    kw = dict(lr=1e-3, weight_decay=0.01, state_format=state_format)
+    if dense_wrapper is None:
+        dense = ft.AdamW8bit(dense_params, **kw)
+    else:
+        dense = dense_wrapper(dense_params, optimizer_class=ft.AdamW8bit, **kw)
     return sparse, dense
 
 
@@ -67,22 +73,26 @@ def train_step(model, sparse, dense, ids, y):
     dense.step()
 
 
-def save(model, dense, out):
+def save(model, dense, out, sparse):
+    inner = getattr(dense, "optim", dense)
     torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                "dense_state_bytes": state_bytes(dense)}, out)
+                "dense_state_bytes": state_bytes(dense),
+                "dense_state_keys": sorted({k for s in inner.state.values() for k in s}),
+                "sparse_state_keys": sorted({k for s in sparse.state.values() for k in s})}, out)
 
 
 def main():
     mode, out = sys.argv[1], sys.argv[2]
+    state_format = sys.argv[3] if len(sys.argv) > 3 else "dynamic_map"
     torch.set_num_threads(1)
     fusekit.set_num_threads(1)
     torch.manual_seed(SEED)
     model = Model()
     if mode == "single":
-        sparse, dense = optimizers(model)
+        sparse, dense = optimizers(model, state_format=state_format)
         for ids, y in batches():
             train_step(model, sparse, dense, ids, y)
-        save(model, dense, out)
+        save(model, dense, out, sparse)
         return
 
     import torch.distributed as dist
@@ -92,12 +102,12 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ddp = DDP(model)
-    sparse, dense = optimizers(model, ZeroRedundancyOptimizer)
+    sparse, dense = optimizers(model, ZeroRedundancyOptimizer, state_format)
     per = BATCH // world
     for ids, y in batches():
         sl = slice(rank * per, (rank + 1) * per)
         train_step(ddp, sparse, dense, ids[sl], y[sl])  # DDP averages the ranks' gradients
-    save(model, dense, out)
+    save(model, dense, out, sparse)
     dist.barrier()
     dist.destroy_process_group()
 
