@@ -17,7 +17,10 @@ One language for all six optimizers (docs/torch_contract.md):
   messages); ``fusekit.Error`` (a ``ValueError``) for what the operator refuses, such as an index
   out of range;
 - ``hugepages`` (a public attribute), ``last_stats`` (one entry per parameter stepped by the last
-  ``step()``, in the order of the groups).
+  ``step()``, in the order of the groups);
+- the 8-bit optimizers' ``state_format`` ("dynamic_map" or "fp8") and ``guard_lost_v`` (a bool,
+  True with "fp8"): hyperparameters of every group with the same rule
+  (``check_state_options``, ``QuantStateOptimizer``).
 
 ``copy.deepcopy`` and pickle keep the constructor's options (``_OPTIONS``) besides torch's
 ``defaults``, ``state`` and ``param_groups``, and give an optimizer that steps exactly as the
