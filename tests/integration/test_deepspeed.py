@@ -3,11 +3,11 @@ optimizer offloaded to the CPU (2 gloo ranks on loopback, DeepSpeed's CPU accele
 DeepSpeed lane of the integration tests, its own environment: requirements/deepspeed.txt).
 
 tests/integration/deepspeed_train.py: fusekit.torch.AdamW and AdamW8bit (dynamic map and fp8 state)
-against torch.optim.AdamW as the client optimizer in the same configuration: the losses of 12 steps within 1% of torch's,
-torch's run must learn, the state kept as each optimizer keeps it (uint8 codes for AdamW8bit:
-DeepSpeed's flat partition is large); and save_checkpoint after step 7, load_checkpoint, the last
-5 steps again: the same losses bit for bit (the optimizer's state went through DeepSpeed's
-checkpoint and came back whole)."""
+against torch.optim.AdamW as the client optimizer in the same configuration: the losses of 12 steps
+within 1% of torch's, torch's run must learn, the state kept as each optimizer keeps it (uint8
+codes for AdamW8bit: DeepSpeed's flat partition is large); and save_checkpoint after step 7,
+load_checkpoint, the last 5 steps again: the same losses bit for bit (the optimizer's state went
+through DeepSpeed's checkpoint and came back whole)."""
 import pytest
 
 pytest.importorskip("deepspeed")

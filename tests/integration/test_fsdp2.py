@@ -1,11 +1,11 @@
 """fusekit's torch optimizers under PyTorch FSDP2 (fully_shard), 2 gloo ranks on loopback.
 
 - tests/integration/fsdp2_train.py: fusekit.torch.AdamW and AdamW8bit (dynamic map and fp8 state)
-  against torch.optim.AdamW in the same setting (the peer a user replaces), float32 and bfloat16 parameters, with and
-  without CPUOffloadPolicy: the losses of 20 steps within 1% of torch's, torch's run must learn,
-  AdamW's parameters close to float32 rounding, the state sharded as DTensors (each rank holds
-  its half), the 8-bit state where min_8bit_size says, and the parameters' storage never
-  replaced.
+  against torch.optim.AdamW in the same setting (the peer a user replaces), float32 and bfloat16
+  parameters, with and without CPUOffloadPolicy: the losses of 20 steps within 1% of torch's,
+  torch's run must learn, AdamW's parameters close to float32 rounding, the state sharded as
+  DTensors (each rank holds its half), the 8-bit state where min_8bit_size says, and the
+  parameters' storage never replaced.
 - tests/integration/fsdp2_dcp.py: a save through torch.distributed.checkpoint, restart in new
   processes and resume equal bit for bit to the uninterrupted run, for AdamW and AdamW8bit in
   both state formats; and the same checkpoint loaded at another world size: the float32 state

@@ -271,7 +271,7 @@ HP = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DNAME[d])
 @pytest.mark.parametrize("mode", ["default", "all_8bit", "optim_bits32", "guard_off"])
 def test_state_equals_oracle_every_size(dtype, mode):
-    # guard_off: guard_lost_v=False, bitsandbytes' arithmetic (the oracle without the lost-v guard)
+    # guard_off: guard_lost_v=False, the oracle without the lost-v guard (bitsandbytes' division)
     kw = {"default": {}, "all_8bit": {"min_8bit_size": 1}, "optim_bits32": {"optim_bits": 32},
           "guard_off": {"min_8bit_size": 1, "guard_lost_v": False}}[mode]
     shapes = [(1,), (255,), (16, 16), (257,), (819, 5), (64, 64), (4097,)]

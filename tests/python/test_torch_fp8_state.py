@@ -230,7 +230,8 @@ def test_sparse_fp8_packed_by_row():
     # one [R, 2, D] table of codes and one [R, 2, B] of scales, as the dynamic map's state
     assert st["state1"].stride() == (200, 1) and st["state2"].stride() == (200, 1)
     assert st["state2"].data_ptr() == st["state1"].data_ptr() + 100
-    assert st["scale1"].stride() == (2, 1) and st["scale2"].data_ptr() == st["scale1"].data_ptr() + 4
+    assert st["scale1"].stride() == (2, 1)
+    assert st["scale2"].data_ptr() == st["scale1"].data_ptr() + 4
     assert opt.state_bytes() == 64 * (2 * 100 + 8)
 
 
@@ -557,7 +558,7 @@ def test_sparse_dynamic_map_guard_is_the_goldens(guard):
     assert lost_reads > 50
 
 
-# ---- DTensor (FSDP2) -------------------------------------------------------------------------------
+# ---- DTensor (FSDP2) ----------------------------------------------------------------------------
 def test_dtensor_fp8_steps_as_the_plain_tensor(one_rank_group):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -589,7 +590,7 @@ def test_dtensor_fp8_steps_as_the_plain_tensor(one_rank_group):
         assert_bits(o2.state[p2][key].to_local(), storage(s[key].to_local()), key)
 
 
-# ---- the hazard: issue #33 item 2, as a user meets it ----------------------------------------------
+# ---- the hazard: issue #33 item 2, as a user meets it -------------------------------------------
 LR = 1e-3
 BLOCKS, STEPS = 64, 60
 

@@ -3,14 +3,14 @@
 Oracles, none of them the code under test:
 - the 8-bit path: `oracle_step` below, NumPy float32 written from docs/lazy_adam_quant.md ("What it
   computes"): the gradient rows of each distinct row summed in order of occurrence, dequantize,
-  docs/fp8_state.md's lost-v guard (on by default in fusekit.torch: a v that decodes to 0 beside
-  an m that does not is read as m * m), LazyAdam's update, the row guard, absmax per block of 256 columns, the codes by
-  golden.apply_adam_w_quant.nearest_code (ApplyAdamWQuant's nearest-code rule and sign fix, an
-  independent NumPy reference); the maps from golden.apply_adam_w_quant.create_dynamic_map
-  (bitsandbytes' construction in float64); bfloat16 / float16 storage by the spec's bit rules,
-  written here. The bias correction is SparseAdam's, in Python double (docs/torch_sparse_adam.md),
-  so no float32 power is needed. Codes are compared exactly, absmax, the table and the untouched
-  rows bit for bit, after every step;
+  docs/fp8_state.md's lost-v guard (on by default in fusekit.torch: a v that decodes to 0 beside an
+  m that does not is read as m * m), LazyAdam's update, the row guard, absmax per block of 256
+  columns, the codes by golden.apply_adam_w_quant.nearest_code (ApplyAdamWQuant's nearest-code rule
+  and sign fix, an independent NumPy reference); the maps from
+  golden.apply_adam_w_quant.create_dynamic_map (bitsandbytes' construction in float64); bfloat16 /
+  float16 storage by the spec's bit rules, written here. The bias correction is SparseAdam's, in
+  Python double (docs/torch_sparse_adam.md), so no float32 power is needed. Codes are compared
+  exactly, absmax, the table and the untouched rows bit for bit, after every step;
 - fusekit.torch.SparseAdam, for the float32 path (small tables): bit for bit;
 - torch.optim.SparseAdam itself, for the closeness of a short training run (the tolerance is the
   8-bit quantization's, see test_close_to_torch_sparse_adam).

@@ -10,7 +10,7 @@ group, docs/fp8_state.md):
   (int, 1 after the first step), ``state1`` / ``state2`` (m / v: uint8 codes or float32, the
   parameter's shape), ``qmap1`` / ``qmap2`` (float32 [256], the maps, one tensor shared by every
   parameter) and ``absmax1`` / ``absmax2`` (float32 [ceil(n / 256)]). The lost-v guard is on
-  unless ``guard_lost_v=False`` (bitsandbytes' arithmetic);
+  unless ``guard_lost_v=False`` (the step divides by v as it decodes, as bitsandbytes');
 - ``"fp8"``: ``step``, ``state1`` (m as E4M3 codes), ``state2`` (sqrt(v) as UE4M4 codes),
   ``scale1`` / ``scale2`` (float32 [ceil(n / 256)]: the blocks' scales, max / 448 and max / 496);
   no maps.
@@ -327,8 +327,8 @@ class AdamW8bit(_Adam8bitBase):
     ``scale2``; docs/fp8_state.md). ``guard_lost_v`` (fusekit's, default True): the lost-v guard
     of the dynamic-map format, fusekit's deliberate difference from bitsandbytes (a second moment
     that decodes to 0 while the first does not is read as m^2, so that the step cannot become
-    m / eps); False gives bitsandbytes' arithmetic. The FP8 format always has it (False is
-    refused with "fp8").
+    m / eps); False: the step divides by v as it decodes, as bitsandbytes'. The FP8 format always
+    has it (False is refused with "fp8").
 
     After each step, ``last_stats`` holds one :class:`~fusekit.torch.StepStats` per parameter
     stepped: what the non-finite guard left unchanged (blocks of 256 for 8-bit state, elements

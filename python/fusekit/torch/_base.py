@@ -334,8 +334,8 @@ def check_state_options(prefix: str, group: Dict[str, Any], where: str = "") -> 
     if fmt == "fp8" and not guard:
         raise ValueError(f"{prefix}: guard_lost_v=False{at} is not available with "
                          "state_format='fp8': the FP8 format always has the lost-v guard "
-                         "(docs/fp8_state.md); guard_lost_v=False is the dynamic-map format's "
-                         "bitsandbytes-identical arithmetic")
+                         "(docs/fp8_state.md); guard_lost_v=False (the step dividing by v as "
+                         "it decodes, as bitsandbytes') is for the dynamic-map format")
     return fmt, bool(guard)
 
 
