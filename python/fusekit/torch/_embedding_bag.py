@@ -19,6 +19,7 @@ from torch import nn
 
 import fusekit
 
+from ._memory import empty_hugepage
 from ._plans import PlanCache
 
 _PREFIX = "fusekit.torch.FusedEmbeddingBag"
@@ -66,14 +67,16 @@ class FusedEmbeddingBag(nn.Module):
     weight gets no ``.grad`` (an optimizer over ``model.parameters()`` skips it). ``lr`` may be
     changed between steps (``module.lr = ...``). Not supported: ``padding_idx``, ``max_norm``,
     ``scale_grad_by_freq``, mode "max" (a clear error). Refusals (an id out of range) modify
-    nothing.
+    nothing. ``hugepages`` (default True): the weight and the state on huge-page memory
+    (:func:`fusekit.torch.empty_hugepage`), which the random row access needs to run at speed.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "sum",
                  lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  include_last_offset: bool = False, _weight: Optional[torch.Tensor] = None,
                  padding_idx: Optional[int] = None, max_norm: Optional[float] = None,
-                 scale_grad_by_freq: bool = False, num_threads: int = 0) -> None:
+                 scale_grad_by_freq: bool = False, num_threads: int = 0,
+                 hugepages: bool = True) -> None:
         super().__init__()
         if mode not in fusekit.POOLING_MODES:
             raise ValueError(f"{_PREFIX}: mode = {mode!r} must be one of {fusekit.POOLING_MODES} "
@@ -94,17 +97,21 @@ class FusedEmbeddingBag(nn.Module):
         self.include_last_offset = bool(include_last_offset)
         self.num_threads = int(num_threads)
         shape = (self.num_embeddings, self.embedding_dim)
+        # The table and its state on huge pages (fusekit.torch.empty_hugepage): the step reads
+        # rows at random, and on 4 KiB pages misses the TLB on almost every row.
+        empty = empty_hugepage if hugepages else (lambda s: torch.empty(s, dtype=torch.float32))
+        weight = empty(shape)
         if _weight is None:
-            weight = torch.empty(shape, dtype=torch.float32)
             nn.init.normal_(weight)
         else:
             if tuple(_weight.shape) != shape or _weight.dtype != torch.float32:
                 raise ValueError(f"{_PREFIX}: _weight must be float32 of shape {shape}, got "
                                  f"{_weight.dtype} {tuple(_weight.shape)}")
-            weight = _weight.detach().clone()
+            with torch.no_grad():
+                weight.copy_(_weight)
         self.weight = nn.Parameter(weight)
-        self.register_buffer("exp_avg", torch.zeros(shape, dtype=torch.float32))
-        self.register_buffer("exp_avg_sq", torch.zeros(shape, dtype=torch.float32))
+        self.register_buffer("exp_avg", empty(shape).zero_())
+        self.register_buffer("exp_avg_sq", empty(shape).zero_())
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
         self._plans = PlanCache()
         #: The stats of the last step (fusekit.EmbeddingBagLazyAdamStats), or None.
