@@ -115,8 +115,9 @@ void BM_EmbeddingBagLazyAdam(benchmark::State &state) {
         const int64_t b = bag_of[static_cast<size_t>(i)];
         float c = 1.0f;
         if (mean) {
-          c = 1.0f / static_cast<float>(offsets[static_cast<size_t>(b + 1)] -
-                                        offsets[static_cast<size_t>(b)]) *
+          c = 1.0f /
+              static_cast<float>(offsets[static_cast<size_t>(b + 1)] -
+                                 offsets[static_cast<size_t>(b)]) *
               weights[static_cast<size_t>(i)];
         }
         const float *src = grad_output.data() + b * kDim;
