@@ -30,7 +30,6 @@ SIZES = {
     "multi_hot": (1_000_000, 32, 8192, (40, 60), "sum", False, 1_000_000),
     "small": (20_000, 32, 1024, (0, 6), "mean", True, 5_000),
 }
-DEFAULT_SIZE = "small"
 
 
 def check(grad_output, indices, offsets, per_sample_weights, rows):
