@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "fuzz_common.h"
 #include "fusekit/embedding_bag_lazy_adam.h"
+#include "fuzz_common.h"
 
 namespace {
 
@@ -151,8 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const fusekit::Status b = run(ref, true);
   FZ_CHECK(a.code() == b.code(), "cpu_hwy says \"%s\", the reference \"%s\"", a.message().c_str(),
            b.message().c_str());
-  FZ_CHECK(same_bytes(fast.m, ref.m) && same_bytes(fast.v, ref.v) &&
-               same_bytes(fast.var, ref.var),
+  FZ_CHECK(same_bytes(fast.m, ref.m) && same_bytes(fast.v, ref.v) && same_bytes(fast.var, ref.var),
            "the tables differ between the plan's implementation and the reference");
   if (!a.ok()) {
     FZ_CHECK(a.message().rfind("EmbeddingBagLazyAdam: ", 0) == 0, "a refusal's message: \"%s\"",
