@@ -26,7 +26,7 @@ fi
 # (scripts/configure.sh): after that test run, nothing is compiled again here.
 build=$(bash scripts/configure.sh clang-sanitize | tail -1)
 
-all=(create_tensor lazy_adam apply_adam_w_quant add_lora lazy_adam_quant)
+all=(create_tensor lazy_adam apply_adam_w_quant add_lora lazy_adam_quant embedding_bag_lazy_adam)
 read -r -a wanted <<<"${FUSEKIT_FUZZ_TARGETS:-${all[*]}}"
 built=$(ninja -C "$build" -t targets all 2>/dev/null)
 targets=()

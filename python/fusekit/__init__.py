@@ -7,6 +7,8 @@ are written in place; each function returns the stats the C++ API returns. A ref
 
 - :func:`lazy_adam`: one Adam step on the rows of a table that a batch touched.
 - :func:`lazy_adam_quant`: the same step with 8-bit block-wise m and v (fusekit's own operator).
+- :func:`embedding_bag_lazy_adam`: an embedding bag's backward fused with that step: the rows of
+  the bags' lookups updated from the gradient of the pooled output (no per-lookup gradient).
 - :func:`adam_w`: one AdamW step on float32 moments.
 - :func:`apply_adam_w_quant`: one AdamW step on 8-bit block-wise quantized moments.
 - :func:`add_lora`: multi-adapter LoRA: ``y[i] += scale * x[i] @ A[idx[i]].T @ B[idx[i]].T``.
@@ -54,6 +56,8 @@ from ._fusekit import (  # noqa: F401  (re-exported)
     AdamWStats,
     ApplyAdamWQuantPlan,
     ApplyAdamWQuantStats,
+    EmbeddingBagLazyAdamPlan,
+    EmbeddingBagLazyAdamStats,
     Error,
     LazyAdamPlan,
     LazyAdamQuantPlan,
@@ -70,6 +74,7 @@ __all__ = [
     "NoImplementationError",
     "lazy_adam",
     "lazy_adam_quant",
+    "embedding_bag_lazy_adam",
     "bias_corrected_lr",
     "adam_w",
     "apply_adam_w_quant",
@@ -79,6 +84,7 @@ __all__ = [
     "AdamWPlan",
     "ApplyAdamWQuantPlan",
     "AddLoraPlan",
+    "EmbeddingBagLazyAdamPlan",
     "create_dynamic_map",
     "quant_blocks",
     "implementations",
@@ -88,6 +94,7 @@ __all__ = [
     "huge_page_backed_bytes",
     "BLOCK_SIZE",
     "STATE_FORMATS",
+    "POOLING_MODES",
 ]
 
 #: Elements per absmax block of the 8-bit moments (the only size the operator takes).
@@ -203,6 +210,45 @@ def lazy_adam_quant(var: Array, grad: Array, indices: Array, m: Array, v: Array,
         (grad, indices, m, v, var, qmap_m, qmap_v, absmax_m, absmax_v),
         dict(beta1=beta1, beta2=beta2, eps=eps, **attrs), int(num_threads), implementation, 0,
         lr_t)
+
+
+#: The pooling modes of :func:`embedding_bag_lazy_adam` (``mode``), in the binding's numbering.
+POOLING_MODES = ("sum", "mean")
+
+
+def _pooling(fn: str, mode: str) -> int:
+    if mode not in POOLING_MODES:
+        raise _refuse(f"{fn}: mode = {mode!r} must be one of {POOLING_MODES}")
+    return POOLING_MODES.index(mode)
+
+
+def embedding_bag_lazy_adam(var: Array, grad_output: Array, indices: Array, offsets: Array,
+                            m: Array, v: Array, *, per_sample_weights: Optional[Array] = None,
+                            mode: str = "sum", step: int, lr: float = 1e-3, beta1: float = 0.9,
+                            beta2: float = 0.999, eps: float = 1e-8, num_threads: int = 0,
+                            implementation: Optional[str] = None) -> EmbeddingBagLazyAdamStats:
+    """An embedding bag's backward fused with one LazyAdam step, in place on the rows of ``var``,
+    ``m`` and ``v`` (float32 [R, D]) that the bags look up; no gradient of the table and no
+    per-lookup gradient is made.
+
+    ``grad_output`` float32 [B, D]: the gradient of the pooled output; ``indices`` int32 or int64
+    [L]; ``offsets`` int32 or int64 [B + 1] (TorchRec's form: bag b is ``indices[offsets[b] :
+    offsets[b + 1]]``, ``offsets[0] = 0``, ``offsets[B] = L``); ``per_sample_weights`` float32 [L]
+    or None; ``mode`` the forward's pooling, "sum" or "mean". Row r's gradient is the sum, in order
+    of occurrence, of ``grad_output[b_i] * c_i`` over its lookups i, ``c_i = s_b * w_i`` (``s_b``
+    = 1, or ``1 / len(bag b)`` in float32 for mean; ``w_i`` the weight, or 1); then LazyAdam's
+    step with the bias-corrected rate (``step``, ``lr`` as for :func:`lazy_adam`). An id < 0 or
+    >= R and offsets that do not describe the bags are refused before anything is written. B and
+    L may change from call to call: :class:`EmbeddingBagLazyAdamPlan` is made for the table and
+    runs any batch. See docs/embedding_bag_lazy_adam.md. Returns
+    :class:`EmbeddingBagLazyAdamStats`.
+    """
+    fn = "fusekit.embedding_bag_lazy_adam"
+    attrs = dict(beta1=beta1, beta2=beta2, eps=eps, mode=_pooling(fn, mode))
+    lr_t = bias_corrected_lr(lr, _step(fn, step), beta1, beta2)
+    return _fusekit.embedding_bag_lazy_adam(
+        (grad_output, indices, offsets, per_sample_weights, m, v, var), attrs, int(num_threads),
+        implementation, 0, lr_t)
 
 
 def adam_w(var: Array, grad: Array, m: Array, v: Array, *, step: int, lr: float = 1e-3, beta1: float = 0.9,

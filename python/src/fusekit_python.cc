@@ -25,6 +25,7 @@
 #include "fusekit/adam_w.h"
 #include "fusekit/add_lora.h"
 #include "fusekit/apply_adam_w_quant.h"
+#include "fusekit/embedding_bag_lazy_adam.h"
 #include "fusekit/lazy_adam.h"
 #include "fusekit/lazy_adam_quant.h"
 #include "fusekit/memory.h"
@@ -410,6 +411,39 @@ struct Binding<LazyAdamQuant> {
 };
 
 template <>
+struct Binding<EmbeddingBagLazyAdam> {
+  using Problem = EmbeddingBagLazyAdamProblem;
+  using Tensors = EmbeddingBagLazyAdamTensors;
+  using Options = EmbeddingBagLazyAdamOptions;
+  using Stats = EmbeddingBagLazyAdamStats;
+  static constexpr const char *kName = "embedding_bag_lazy_adam";
+  static constexpr TensorArg kTensors[] = {{"grad_output", false},
+                                           {"indices", false},
+                                           {"offsets", false},
+                                           {"per_sample_weights", false, nullptr, true},
+                                           {"m", true},
+                                           {"v", true},
+                                           {"var", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
+                                                   {"beta2", &Options::beta2},
+                                                   {"eps", &Options::epsilon, "epsilon"}};
+  // mode: 0 sum, 1 mean (the pooling of the forward).
+  static const char *set_mode(Options &o, int64_t value) {
+    if (value != 0 && value != 1) return "must be 0 (sum) or 1 (mean)";
+    o.pooling = value == 1 ? PoolingMode::kMean : PoolingMode::kSum;
+    return nullptr;
+  }
+  static constexpr IntAttr<Options> kInts[] = {{"mode", nullptr, "pooling", &set_mode}};
+  static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}; }
+  static Status run(const EmbeddingBagLazyAdam &plan, const Tensors &t, int64_t /*step*/, double lr,
+                    void *ws, size_t bytes, Stats *stats) {
+    EmbeddingBagLazyAdamScalars s;
+    s.lr = static_cast<float>(lr);
+    return plan.run(t, s, ws, bytes, stats);
+  }
+};
+
+template <>
 struct Binding<AdamW> {
   using Problem = AdamWProblem;
   using Tensors = AdamWTensors;
@@ -645,7 +679,11 @@ class PyPlan {
   typename Binding<Op>::Stats run_tensors(const typename Binding<Op>::Tensors &t, int64_t step,
                                           double lr) const {
     size_t bytes = 0;
-    if constexpr (requires { plan_.workspace_size(); }) bytes = plan_.workspace_size();
+    if constexpr (requires { plan_.workspace_size(t); }) {
+      bytes = plan_.workspace_size(t);  // (the batch is bound per run: EmbeddingBagLazyAdam)
+    } else if constexpr (requires { plan_.workspace_size(); }) {
+      bytes = plan_.workspace_size();
+    }
     void *ws = workspace(bytes);  // before the GIL goes: growing it may raise
     typename Binding<Op>::Stats stats;
     Status s;
@@ -755,6 +793,14 @@ NB_MODULE(_fusekit, mod) {
                                             {"rows_skipped_nonfinite", s.rows_skipped_nonfinite},
                                             {"indices_padding", s.indices_padding}});
       });
+  nb::class_<EmbeddingBagLazyAdamStats>(mod, "EmbeddingBagLazyAdamStats")
+      .def_ro("rows_updated", &EmbeddingBagLazyAdamStats::rows_updated)
+      .def_ro("rows_skipped_nonfinite", &EmbeddingBagLazyAdamStats::rows_skipped_nonfinite)
+      .def("__repr__", [](const EmbeddingBagLazyAdamStats &s) {
+        return repr_of<EmbeddingBagLazyAdamStats>(
+            "EmbeddingBagLazyAdamStats", {{"rows_updated", s.rows_updated},
+                                          {"rows_skipped_nonfinite", s.rows_skipped_nonfinite}});
+      });
   nb::class_<AdamWStats>(mod, "AdamWStats")
       .def_ro("elements_skipped_nonfinite", &AdamWStats::elements_skipped_nonfinite)
       .def("__repr__", [](const AdamWStats &s) {
@@ -787,6 +833,7 @@ NB_MODULE(_fusekit, mod) {
   bind_operator<AdamW>(mod, "AdamWPlan");
   bind_operator<ApplyAdamWQuant>(mod, "ApplyAdamWQuantPlan");
   bind_operator<AddLora>(mod, "AddLoraPlan");
+  bind_operator<EmbeddingBagLazyAdam>(mod, "EmbeddingBagLazyAdamPlan");
 
   mod.def(
       "create_dynamic_map",
@@ -806,8 +853,10 @@ NB_MODULE(_fusekit, mod) {
     if (op == "adam_w") return AdamW::implementations();
     if (op == "apply_adam_w_quant") return ApplyAdamWQuant::implementations();
     if (op == "add_lora") return AddLora::implementations();
+    if (op == "embedding_bag_lazy_adam") return EmbeddingBagLazyAdam::implementations();
     raise_value("fusekit.implementations: no operator is named \"" + op +
-                "\" (lazy_adam, lazy_adam_quant, adam_w, apply_adam_w_quant, add_lora)");
+                "\" (lazy_adam, lazy_adam_quant, adam_w, apply_adam_w_quant, add_lora, "
+                "embedding_bag_lazy_adam)");
   });
   mod.def("set_num_threads", &set_num_threads, "n"_a);
   mod.def("get_num_threads", &num_threads);

@@ -43,6 +43,9 @@ Status check_bound_tensors(const char *op, std::span<const TensorRole> roles,
                            std::span<const TensorView *const> bound) {
   for (size_t i = 0; i < roles.size(); ++i) {
     FUSEKIT_RETURN_IF_ERROR(check_binding(op, roles[i].name, *planned[i], *bound[i]));
+    // (An optional role left out, an empty view, has no data to check: its layout matched the
+    // plan's, which was made without it.)
+    if (roles[i].optional && bound[i]->empty_view()) continue;
     if (bound[i]->data == nullptr && (bound[i]->numel() > 0 || roles[i].read_when_empty)) {
       return Status::NullPointer(str_cat(op, ": ", roles[i].name, " has no data"));
     }

@@ -65,6 +65,12 @@ struct Implementation {
   // Planned only when asked for by name: a variant kept for tests and tuning runs (auto never
   // picks it).
   bool by_name_only = false;
+  // For an operator whose batch-sized dimensions are bound per run (EmbeddingBagLazyAdam: the
+  // bags and lookups of each batch; XNNPACK's reshape): the bytes of workspace a run on these
+  // tensors (already checked against the problem) needs with `threads` threads, SIZE_MAX when that
+  // overflows. Null: workspace_bytes(problem, threads), fixed when planned.
+  size_t (*run_workspace_bytes)(const Problem &, const typename Op::Tensors &,
+                                int threads) = nullptr;
 };
 
 // The Scalars of an operator without per-run scalars (AddLora).
@@ -194,6 +200,16 @@ Status make_bound_plan(const typename Op::Tensors &tensors, const typename Op::O
   return Status::Ok();
 }
 
+// The bytes of workspace a run of plan `s` on `tensors` needs: the plan's, or (for an operator
+// whose batch is bound per run) the implementation's for these tensors.
+template <class Op>
+size_t run_workspace_bytes(const PlanStateOf<Op> &s, const typename Op::Tensors &tensors) {
+  if (s.impl == nullptr) return 0;
+  return s.impl->run_workspace_bytes != nullptr
+             ? s.impl->run_workspace_bytes(s.problem, tensors, s.threads)
+             : s.workspace_bytes;
+}
+
 // Phase two: binds the tensors (checked against the problem), then runs the implementation;
 // prints the FUSEKIT_VERBOSE line.
 template <class Op>
@@ -207,10 +223,16 @@ Status run_plan(const PlanStateOf<Op> &s, const typename Op::Tensors &tensors,
     return Status::Invalid(str_cat(Op::kName, ": run on a plan that was not made"));
   }
   FUSEKIT_RETURN_IF_ERROR(s.problem.check(tensors));
+  const size_t needed = run_workspace_bytes<Op>(s, tensors);
+  if (needed == std::numeric_limits<size_t>::max()) {
+    return Status::Invalid(str_cat(Op::kName, ": the workspace of this run (",
+                                   Op::problem_fields(s.problem, tensors),
+                                   ") overflows 64-bit sizes"));
+  }
   StageTimer timer;
   RunContext ctx;
-  FUSEKIT_RETURN_IF_ERROR(make_run_context(Op::kName, workspace, workspace_size, s.workspace_bytes,
-                                           s.threads, stream, &timer, &ctx));
+  FUSEKIT_RETURN_IF_ERROR(make_run_context(Op::kName, workspace, workspace_size, needed, s.threads,
+                                           stream, &timer, &ctx));
   FUSEKIT_RETURN_IF_ERROR(s.impl->run(s.problem, tensors, scalars, ctx, &st));
   if (timer.on()) {
     verbose_print(str_cat(Op::kName, ",", Op::problem_fields(s.problem, tensors),
@@ -239,8 +261,12 @@ Status run_once(const typename Op::Tensors &tensors, const typename Op::Options 
                 const typename Op::Scalars &scalars, typename Op::Stats *stats) {
   PlanStateOf<Op> s;
   FUSEKIT_RETURN_IF_ERROR(make_bound_plan<Op>(tensors, options, &s));
-  return with_own_workspace(Op::kName, s.workspace_bytes, [&](void *workspace) {
-    return run_plan<Op>(s, tensors, scalars, workspace, s.workspace_bytes, stats, nullptr);
+  const size_t bytes = run_workspace_bytes<Op>(s, tensors);
+  if (bytes == std::numeric_limits<size_t>::max()) {  // (run_plan refuses it by name)
+    return run_plan<Op>(s, tensors, scalars, nullptr, 0, stats, nullptr);
+  }
+  return with_own_workspace(Op::kName, bytes, [&](void *workspace) {
+    return run_plan<Op>(s, tensors, scalars, workspace, bytes, stats, nullptr);
   });
 }
 

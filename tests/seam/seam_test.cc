@@ -26,6 +26,7 @@
 #include "add_lora/add_lora_impl.h"
 #include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
 #include "common/test_util.h"
+#include "embedding_bag_lazy_adam/embedding_bag_lazy_adam_impl.h"
 #include "fusekit/quant_map.h"
 #include "lazy_adam/lazy_adam_impl.h"
 #include "lazy_adam_quant/lazy_adam_quant_impl.h"
@@ -107,6 +108,52 @@ struct Seam<LazyAdamQuantOp> {
   }
   static Status run(const Plan &p, const LazyAdamQuantTensors &t, void *ws, size_t n) {
     return p.run(t, LazyAdamQuantScalars{.lr = 0.01f, .lr_tensor = {}}, ws, n);
+  }
+};
+
+// EmbeddingBagLazyAdam: the batch is bound per run, so every case has its own number of bags and
+// lookups (a plan made for one batch runs the others); weighted mean pooling, duplicates within
+// and across bags, empty bags.
+template <>
+struct Seam<EmbeddingBagLazyAdamOp> {
+  using Plan = EmbeddingBagLazyAdam;
+  static constexpr int64_t R = 30, D = 37;
+  struct Data {
+    int64_t bags = 0, lookups = 0;
+    std::vector<float> grad, w, m, v, var;
+    std::vector<int64_t> idx, off;
+    EmbeddingBagLazyAdamTensors tensors() {
+      return {TensorView::of(grad.data(), {bags, D}), TensorView::of(idx.data(), {lookups}),
+              TensorView::of(off.data(), {bags + 1}), TensorView::of(w.data(), {lookups}),
+              TensorView::of(m.data(), {R, D}),       TensorView::of(v.data(), {R, D}),
+              TensorView::of(var.data(), {R, D})};
+    }
+  };
+  static Data make(std::mt19937_64 &rng) {
+    Data d;
+    d.bags = 5 + static_cast<int64_t>(rng() % 20);
+    d.off.push_back(0);
+    for (int64_t b = 0; b < d.bags; ++b) {
+      const auto n = static_cast<int64_t>(rng() % 5);  // 0 .. 4 ids
+      const auto ids = indices<int64_t>(rng, static_cast<size_t>(n), 0, R - 1);
+      d.idx.insert(d.idx.end(), ids.begin(), ids.end());
+      d.off.push_back(static_cast<int64_t>(d.idx.size()));
+    }
+    d.lookups = static_cast<int64_t>(d.idx.size());
+    d.grad = floats(rng, static_cast<size_t>(d.bags * D), -1, 1);
+    d.w = floats(rng, static_cast<size_t>(d.lookups), -1, 1);
+    d.m = floats(rng, R * D, -0.1f, 0.1f);
+    d.v = floats(rng, R * D, 0, 0.01f);
+    d.var = floats(rng, R * D, -1, 1);
+    return d;
+  }
+  static EmbeddingBagLazyAdamOptions options() {
+    EmbeddingBagLazyAdamOptions o;
+    o.pooling = PoolingMode::kMean;
+    return o;
+  }
+  static Status run(const Plan &p, const EmbeddingBagLazyAdamTensors &t, void *ws, size_t n) {
+    return p.run(t, EmbeddingBagLazyAdamScalars{.lr = 0.01f, .lr_tensor = {}}, ws, n);
   }
 };
 
@@ -264,10 +311,13 @@ void poison_outputs(typename Op::Tensors &t) {
   }
 }
 
-// Bytes of workspace a plan needs (AdamW needs none and has no workspace_size()).
-template <class Plan>
-size_t workspace_of(const Plan &plan) {
-  if constexpr (requires { plan.workspace_size(); }) {
+// Bytes of workspace a run of a plan on tensors t needs (AdamW needs none and has no
+// workspace_size(); EmbeddingBagLazyAdam's depends on the batch bound to the run).
+template <class Plan, class Tensors>
+size_t workspace_of(const Plan &plan, const Tensors &t) {
+  if constexpr (requires { plan.workspace_size(t); }) {
+    return plan.workspace_size(t);
+  } else if constexpr (requires { plan.workspace_size(); }) {
     return plan.workspace_size();
   } else {
     return 0;
@@ -313,13 +363,14 @@ class SeamTest : public ::testing::Test {
   }
 
   static Status run(const Plan &plan, typename Seam<Op>::Data &d) {
-    std::vector<char> ws(workspace_of(plan) + 64);
+    std::vector<char> ws(workspace_of(plan, d.tensors()) + 64);
     return Seam<Op>::run(plan, d.tensors(), ws.data(), ws.size());
   }
 };
 
-using Operators = ::testing::Types<LazyAdamOp, LazyAdamQuantOp, AdamWOp, ApplyAdamWQuantOp,
-                                   AddLoraOp, LazyAdamQuantFp8Op, ApplyAdamWQuantFp8Op>;
+using Operators =
+    ::testing::Types<LazyAdamOp, LazyAdamQuantOp, AdamWOp, ApplyAdamWQuantOp, AddLoraOp,
+                     LazyAdamQuantFp8Op, ApplyAdamWQuantFp8Op, EmbeddingBagLazyAdamOp>;
 class OperatorNames {
  public:
   template <class Op>
@@ -391,7 +442,7 @@ TYPED_TEST(SeamTest, ABindingThatDiffersInOneRoleIsRefusedAndWritesNothing) {
       } else {
         v.data = nullptr;  // no data
       }
-      std::vector<char> ws(workspace_of(plan) + 64);
+      std::vector<char> ws(workspace_of(plan, poisoned) + 64);
       const Status st = S::run(plan, t, ws.data(), ws.size());
       EXPECT_FALSE(st.ok()) << (how == 0 ? "another dtype" : "no data");
       EXPECT_NE(st.message().find(Op::kRoles[role].name), std::string::npos) << st.message();

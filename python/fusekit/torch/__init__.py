@@ -5,6 +5,8 @@
   optimizer state of an embedding table in a third of the memory.
 - :class:`AdamW8bit`, :class:`Adam8bit`: bitsandbytes' 8-bit block-wise optimizers on
   fusekit's ApplyAdamWQuant (and its float32 AdamW for small tensors).
+- :class:`FusedEmbeddingBag`: ``nn.EmbeddingBag`` with Adam in its backward (fusekit's
+  EmbeddingBagLazyAdam: the rows of the batch updated from the gradient of the pooled output).
 - :func:`add_lora`, :func:`add_lora_`: vLLM's multi-LoRA add (``torch.ops.fusekit.add_lora``, a
   custom op that ``torch.compile`` traces without a graph break); :class:`MultiLoRALinear`.
 - Huge pages for tables and states: :func:`empty_hugepage`, :func:`to_hugepages`.
@@ -27,6 +29,7 @@ if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (never imported
     from ._adam8bit import Adam8bit, AdamW8bit
     from ._adamw import Adam, AdamW
     from ._base import StepStats
+    from ._embedding_bag import FusedEmbeddingBag
     from ._sparse_adam import LazyAdam, SparseAdam, SparseAdamStats
     from ._sparse_adam8bit import SparseAdam8bit
 
@@ -41,6 +44,7 @@ _WHERE = {
     "Adam": "_adamw",
     "AdamW8bit": "_adam8bit",
     "Adam8bit": "_adam8bit",
+    "FusedEmbeddingBag": "_embedding_bag",
 }
 
 
@@ -81,6 +85,7 @@ __all__ = [
     "Adam",
     "AdamW8bit",
     "Adam8bit",
+    "FusedEmbeddingBag",
     "add_lora",
     "add_lora_",
     "MultiLoRALinear",
