@@ -1827,7 +1827,8 @@ TEST(Fp8Step, EverySimdTargetAndThreadCount) {
         EXPECT_STREQ(fusekit::hwy_dispatched_target(), target);
         for (int threads : {1, 2, 3}) {
           State got = start;
-          ApplyAdamWQuantOptions o = options_of(h, Way{"cpu_hwy"});
+          const Way hwy{"cpu_hwy"};  // (options_of keeps a pointer to its name)
+          ApplyAdamWQuantOptions o = options_of(h, hwy);
           o.num_threads = threads;
           ASSERT_TRUE(run_api(got, h, o).ok());
           expect_same(got, want);
