@@ -138,19 +138,19 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       auto acc_m = zero, acc_v = zero;
       auto acc_w = hn::Zero(di);
       for (int64_t j = lo; j < lo + vec_len; j += N) {
-        const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
-        const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
         const auto gj = LoadGrad(df, g + j);
         hn::Vec<decltype(df)> m_old, v_old;
         if constexpr (kFp8) {
-          m_old = hn::Mul(Fp8Value<kE4M3>(df, di, mcode), vscale_m);
-          const auto s_old = hn::Mul(Fp8Value<kUE4M4>(df, di, vcode), vscale_v);
+          m_old = Fp8Decode<kE4M3>(df, mc + j, vscale_m);
+          const auto s_old = Fp8Decode<kUE4M4>(df, vc + j, vscale_v);
           v_old = hn::Mul(s_old, s_old);
         } else {
+          const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
+          const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
           m_old = hn::Mul(hn::GatherIndex(df, a.map_m.q, mcode), vscale_m);
           v_old = hn::Mul(hn::GatherIndex(df, a.map_v.q, vcode), vscale_v);
         }
-        if (a.guard_lost_v) {
+        if (kFp8 || a.guard_lost_v) {  // (always on in the FP8 format)
           v_old = hn::IfThenElse(hn::AndNot(hn::Eq(m_old, zero), hn::Eq(v_old, zero)),
                                  hn::Mul(m_old, m_old), v_old);
         }
@@ -217,17 +217,27 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         absmax_m[b] = sm.scale;
         absmax_v[b] = sv.scale;
         const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
-        const auto zero_code = hn::Zero(di);
-        for (int64_t j = lo; j < lo + vec_len; j += N) {
-          StoreNarrow(df, hn::LoadU(df, s.w + j), var + j);
-          const auto cm = sm.inv == 0.0f
-                              ? zero_code
-                              : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, s.m + j), inv_m));
-          const auto cv = sv.inv == 0.0f
-                              ? zero_code
-                              : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s.v + j), inv_v));
-          hn::StoreU(hn::DemoteTo(d8, cm), d8, mc + j);
-          hn::StoreU(hn::DemoteTo(d8, cv), d8, vc + j);
+        if (sm.inv != 0.0f && sv.inv != 0.0f) {  // the usual block: no test per vector
+          for (int64_t j = lo; j < lo + vec_len; j += N) {
+            StoreNarrow(df, hn::LoadU(df, s.w + j), var + j);
+            StoreFp8Codes(d8, di, Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, s.m + j), inv_m)),
+                          mc + j);
+            StoreFp8Codes(d8, di, Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s.v + j), inv_v)),
+                          vc + j);
+          }
+        } else {
+          const auto zero_code = hn::Zero(di);
+          for (int64_t j = lo; j < lo + vec_len; j += N) {
+            StoreNarrow(df, hn::LoadU(df, s.w + j), var + j);
+            const auto cm = sm.inv == 0.0f
+                                ? zero_code
+                                : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, s.m + j), inv_m));
+            const auto cv = sv.inv == 0.0f
+                                ? zero_code
+                                : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s.v + j), inv_v));
+            StoreFp8Codes(d8, di, cm, mc + j);
+            StoreFp8Codes(d8, di, cv, vc + j);
+          }
         }
         for (int64_t j = lo + vec_len; j < lo + len; ++j) {
           var[j] = from_float<T>(s.w[j]);
