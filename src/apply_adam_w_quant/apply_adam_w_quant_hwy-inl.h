@@ -132,22 +132,28 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
     const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+    // FP8: the decode's folded scales (Fp8Decode); a block whose scale does not fold (above 1e36)
+    // runs the update one element at a time.
+    const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
+    const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+    const int64_t upd_len =
+        kFp8 && !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ? 0 : vec_len;
     auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
     auto acc_w = hn::Zero(di);
-    for (int64_t j = 0; j < vec_len; j += N) {
+    for (int64_t j = 0; j < upd_len; j += N) {
       const int64_t i = lo + j;
       hn::Vec<decltype(df)> m, v;
       if constexpr (kFp8) {
-        m = Fp8Decode<kE4M3>(df, a.m + i, vscale_m);
-        const auto sv = Fp8Decode<kUE4M4>(df, a.v + i, vscale_v);
-        v = hn::Mul(sv, sv);
+        m = Fp8Decode<kE4M3>(df, a.m + i, vscale_m, vscale256_m);
+        const auto sv = Fp8Decode<kUE4M4>(df, a.v + i, vscale_v, vscale256_v);
+        v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
       } else {
         const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
         const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
         m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
         v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
+        if (a.guard_lost_v) v = GuardLostV(m, v);
       }
-      if (kFp8 || a.guard_lost_v) v = GuardLostV(m, v);  // (always on in the FP8 format)
       auto s = v;
       const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i), &s);
       hn::Store(m, df, m_new + j);
@@ -159,12 +165,12 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     }
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
     bool var_ok = true;
-    if (vec_len > 0) {
+    if (upd_len > 0) {
       max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
       max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
       var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
     }
-    for (int64_t j = vec_len; j < len; ++j) {
+    for (int64_t j = upd_len; j < len; ++j) {
       const int64_t i = lo + j;
       float m, v;
       if constexpr (kFp8) {

@@ -8,7 +8,7 @@
 // Fp8Decode (the kernels' decode: codes from memory, times the block's scale) takes a shorter
 // road on targets with F16C: a code's bits placed in a float16 are the code's value / 256 exactly
 // (both formats have float16's exponent layout with bias 7 instead of 15, and float16's
-// subnormals are theirs), the hardware conversion widens it, and * 256 is exact.
+// subnormals are theirs), the hardware conversion widens it, and the 256 goes into the scale.
 //
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
@@ -70,32 +70,43 @@ HWY_INLINE hn::Vec<DI> Fp8Code(DF df, DI di, hn::Vec<DF> x) {
   return code;
 }
 
+// The lost-v guard (docs/fp8_state.md) in the FP8 format, where v is s * s (never -0): v = m * m
+// where v is 0. The same as "where v is 0 and m is not": for m = +-0, m * m is +0, which v is.
+template <class V>
+HWY_INLINE V GuardLostVOfSquare(V m, V v) {
+  return hn::IfThenElse(hn::Eq(v, hn::Zero(hn::DFromV<V>())), hn::Mul(m, m), v);
+}
+
 // value(code) * scale for the N codes at p (N = Lanes(df)), as Mul(Fp8Value<F>(the codes), scale)
 // bit for bit (E4M3's NaN codes give NaN: not the same NaN bits, which no result depends on: a NaN
-// m makes its block or row non-finite, and the guard refuses it). On F16C targets through float16
-// (above): E4M3 code s.eeee.fff -> float16 bits s.0eeee.fff0000000, UE4M4 eeee.ffff ->
-// 0eeee.ffff000000; the value of those bits is the code's value / 256, subnormals included; then
-// * 256 (exact) and * scale, the reference's one rounding.
+// m makes its block or row non-finite, and the guard refuses it). scale256: scale * 256, where
+// fp8_scale_folds(scale) (the caller decodes other blocks another way). On F16C targets through
+// float16 (above): E4M3 code s.eeee.fff -> float16 bits s.0eeee.fff0000000, UE4M4 eeee.ffff ->
+// 0eeee.ffff000000; the value of those bits is the code's value / 256, subnormals included; times
+// scale * 256 (exact) it is value * scale with the reference's one rounding.
 template <const Fp8Format &F, class DF>
-HWY_INLINE hn::Vec<DF> Fp8Decode(DF df, const uint8_t *p, hn::Vec<DF> scale) {
+HWY_INLINE hn::Vec<DF> Fp8Decode(DF df, const uint8_t *p, [[maybe_unused]] hn::Vec<DF> scale,
+                                 [[maybe_unused]] hn::Vec<DF> scale256) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   const hn::Rebind<uint8_t, DF> d8;
+  const hn::Rebind<int8_t, DF> di8;
   const hn::Rebind<uint16_t, DF> d16;
   const hn::RebindToSigned<decltype(d16)> di16;
   const hn::Rebind<hwy::float16_t, DF> dh;
-  const auto w = hn::PromoteTo(d16, hn::LoadU(d8, p));
   hn::Vec<decltype(d16)> h;
   if constexpr (F.is_signed) {
-    // (w << 8) >> 1, arithmetic: the sign to bit 15 (and 14, cleared), the magnitude to 7..13.
-    h = hn::And(hn::BitCast(d16, hn::ShiftRight<1>(hn::BitCast(di16, hn::ShiftLeft<8>(w)))),
-                hn::Set(d16, uint16_t{0xbfff}));
-    const auto nan = hn::Eq(hn::Or(w, hn::Set(d16, uint16_t{0x80})), hn::Set(d16, uint16_t{0xff}));
-    h = hn::IfThenElse(nan, hn::Set(d16, uint16_t{0x7e00}), h);  // float16's quiet NaN
+    // The code sign-extended to 16 bits, << 7: the sign in bits 15 and 14 (cleared), the
+    // magnitude in 7..13.
+    const auto w = hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const int8_t *>(p)));
+    h = hn::BitCast(d16, hn::And(hn::ShiftLeft<7>(w), hn::Set(di16, static_cast<int16_t>(0xbfff))));
+    // 0x7f and 0xff (-1 sign-extended, or 0x7f) to float16's quiet NaN.
+    const auto nan = hn::RebindMask(
+        d16, hn::Eq(hn::Or(w, hn::Set(di16, int16_t{-128})), hn::Set(di16, int16_t{-1})));
+    h = hn::IfThenElse(nan, hn::Set(d16, uint16_t{0x7e00}), h);
   } else {
-    h = hn::ShiftLeft<6>(w);
+    h = hn::ShiftLeft<6>(hn::PromoteTo(d16, hn::LoadU(d8, p)));
   }
-  const auto x = hn::PromoteTo(df, hn::BitCast(dh, h));
-  return hn::Mul(hn::Mul(x, hn::Set(df, 256.0f)), scale);
+  return hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), scale256);
 #else
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint8_t, DF> d8;

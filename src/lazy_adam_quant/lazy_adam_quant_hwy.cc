@@ -135,24 +135,30 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       const int64_t vec_len = len / N * N;
       const float scale_m = absmax_m[b], scale_v = absmax_v[b];
       const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+      // FP8: the decode's folded scales (Fp8Decode); a block whose scale does not fold (above
+      // 1e36) runs the update one element at a time.
+      const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
+      const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+      const int64_t upd_len =
+          kFp8 && !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ? 0 : vec_len;
       auto acc_m = zero, acc_v = zero;
       auto acc_w = hn::Zero(di);
-      for (int64_t j = lo; j < lo + vec_len; j += N) {
+      for (int64_t j = lo; j < lo + upd_len; j += N) {
         const auto gj = LoadGrad(df, g + j);
         hn::Vec<decltype(df)> m_old, v_old;
         if constexpr (kFp8) {
-          m_old = Fp8Decode<kE4M3>(df, mc + j, vscale_m);
-          const auto s_old = Fp8Decode<kUE4M4>(df, vc + j, vscale_v);
-          v_old = hn::Mul(s_old, s_old);
+          m_old = Fp8Decode<kE4M3>(df, mc + j, vscale_m, vscale256_m);
+          const auto s_old = Fp8Decode<kUE4M4>(df, vc + j, vscale_v, vscale256_v);
+          v_old = GuardLostVOfSquare(m_old, hn::Mul(s_old, s_old));  // (always on in FP8)
         } else {
           const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
           const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
           m_old = hn::Mul(hn::GatherIndex(df, a.map_m.q, mcode), vscale_m);
           v_old = hn::Mul(hn::GatherIndex(df, a.map_v.q, vcode), vscale_v);
-        }
-        if (kFp8 || a.guard_lost_v) {  // (always on in the FP8 format)
-          v_old = hn::IfThenElse(hn::AndNot(hn::Eq(m_old, zero), hn::Eq(v_old, zero)),
-                                 hn::Mul(m_old, m_old), v_old);
+          if (a.guard_lost_v) {
+            v_old = hn::IfThenElse(hn::AndNot(hn::Eq(m_old, zero), hn::Eq(v_old, zero)),
+                                   hn::Mul(m_old, m_old), v_old);
+          }
         }
         const auto m = hn::Add(hn::Mul(m_old, b1), hn::Mul(gj, omb1));
         const auto v = hn::Abs(hn::Add(hn::Mul(v_old, b2), hn::Mul(hn::Mul(gj, gj), omb2)));
@@ -169,12 +175,12 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       }
       float max_m = 0.0f, max_v = 0.0f;
       bool var_ok = true;
-      if (vec_len > 0) {
+      if (upd_len > 0) {
         max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
         max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
         var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
       }
-      for (int64_t j = lo + vec_len; j < lo + len; ++j) {
+      for (int64_t j = lo + upd_len; j < lo + len; ++j) {
         const float gj = g[j];
         float m_old, v_old;
         if constexpr (kFp8) {
