@@ -133,14 +133,22 @@ def fp8_state(rng, R, D, indices):
     nb = (D + BLOCK - 1) // BLOCK
     w = min(D, BLOCK)  # block width: rows of up to 256 columns are one block
     pad = nb * w - D
-    valid = np.broadcast_to(np.arange(nb * w).reshape(nb, w) < D, (R, nb, w)).reshape(R * nb, w)
-    mag = (10.0 ** rng.uniform(-5, -1, (R * nb, 1))).astype(F32)
-    mm = (rng.standard_normal((R * nb, w), dtype=F32) * mag *
-          np.exp(rng.uniform(-6, 0, (R * nb, w))).astype(F32)).astype(F32)
-    ss = (np.abs(rng.standard_normal((R * nb, w), dtype=F32)) * mag * 2).astype(F32)
-    mc, sm = quantize_blocks(mm, "e4m3", valid)
-    vc, sv = quantize_blocks(ss, "ue4m4", valid)
-    del mm, ss
+    valid_row = np.arange(nb * w).reshape(nb, w) < D
+    mc = np.empty((R * nb, w), np.uint8)
+    vc = np.empty((R * nb, w), np.uint8)
+    sm = np.empty(R * nb, F32)
+    sv = np.empty(R * nb, F32)
+    step = max(1, (1 << 20) // w) * nb  # blocks at a time (whole rows): bounded temporaries
+    for lo in range(0, R * nb, step):
+        hi = min(R * nb, lo + step)
+        k = hi - lo
+        valid = np.broadcast_to(valid_row, (k // nb, nb, w)).reshape(k, w)
+        mag = (10.0 ** rng.uniform(-5, -1, (k, 1))).astype(F32)
+        mm = (rng.standard_normal((k, w), dtype=F32) * mag *
+              np.exp(rng.uniform(-6, 0, (k, w))).astype(F32)).astype(F32)
+        ss = (np.abs(rng.standard_normal((k, w), dtype=F32)) * mag * 2).astype(F32)
+        mc[lo:hi], sm[lo:hi] = quantize_blocks(mm, "e4m3", valid)
+        vc[lo:hi], sv[lo:hi] = quantize_blocks(ss, "ue4m4", valid)
     mc = mc.reshape(R, nb * w)[:, :D].copy() if pad else mc.reshape(R, D)
     vc = vc.reshape(R, nb * w)[:, :D].copy() if pad else vc.reshape(R, D)
     sm, sv = sm.reshape(R, nb), sv.reshape(R, nb)
