@@ -10,15 +10,26 @@
 //     memory traffic, codes or maxima: a step cannot run faster than its floor;
 //   - the per-call overhead on a tiny tensor (one block of 256 elements): a reused plan's run
 //     (PlanReuse, for each implementation this machine runs) and plan + run each time (FreshPlan),
-//     in microseconds per call.
+//     in microseconds per call;
+//   - the FP8 state format (docs/fp8_state.md; `_fp8` cases): the same 16 bytes per element, the
+//     codes made by bit arithmetic;
+//   - BM_ApplyAdamWQuantFormats: the float32 AdamW step, the dynamic-map step and the FP8 step on
+//     64M elements each, timed back to back in every iteration (so that the load of this shared
+//     machine reaches all three alike), with their ratios and the FP8 step against its copy
+//     ceiling and its arithmetic floor (common/adam_arithmetic.h, kFp8);
+//   - BM_ApplyAdamWQuantLostVGuard/<impl>: the dynamic-map step with the lost-v guard off and on
+//     (docs/fp8_state.md), back to back in every iteration, on each implementation.
 // The AdamW yardstick is built where the adam_w operator is (FUSEKIT_BENCH_WITH_ADAM_W; it is also
 // benchmarks/adam_w_bench). Buffers come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +43,7 @@
 #include "common/adam_w_step.h"  // the float32 AdamW step beside the 8-bit one
 #endif
 #include "fusekit/float16.h"
+#include "fusekit/threading.h"
 
 namespace {
 
@@ -64,45 +76,101 @@ void fill(void *p, DType t, int64_t n, uint64_t seed, float scale) {
   });
 }
 
+using fusekit::QuantStateFormat;
+
+// The 8-bit state and the step's inputs, in either state format. FP8: m's codes are random E4M3
+// codes other than the two NaN codes (0x7f, 0xff), v's random UE4M4 codes (all finite), the scales
+// those of blocks whose largest |m| is 0.01 and largest sqrt(v) 0.01; the maps are not used.
 struct QuantData {
   DType dtype;
+  QuantStateFormat format;
+  int64_t n;  // elements (a multiple of 256)
   DeviceBuffer var, grad, m, v, absmax_m, absmax_v;
   std::array<float, 256> qm = fusekit::create_dynamic_map(true),
                          qv = fusekit::create_dynamic_map(false);
-  explicit QuantData(DType t)
+  explicit QuantData(DType t, QuantStateFormat f = QuantStateFormat::kDynamicMap,
+                     int64_t elements = kN)
       : dtype(t),
-        var(static_cast<size_t>(kN) * fusekit::dtype_size(t)),
-        grad(static_cast<size_t>(kN) * fusekit::dtype_size(t)),
-        m(static_cast<size_t>(kN)),
-        v(static_cast<size_t>(kN)),
-        absmax_m(static_cast<size_t>(kN / 256) * 4),
-        absmax_v(static_cast<size_t>(kN / 256) * 4) {
-    fill(var.ptr, t, kN, 1, 1.0f);
-    fill(grad.ptr, t, kN, 2, 0.01f);
-    fill(m.ptr, DType::kUInt8, kN, 3, 1.0f);
-    fill(v.ptr, DType::kUInt8, kN, 4, 1.0f);
-    for (int64_t b = 0; b < kN / 256; ++b) {
-      absmax_m.as<float>()[b] = 0.01f;
-      absmax_v.as<float>()[b] = 1e-4f;
+        format(f),
+        n(elements),
+        var(static_cast<size_t>(n) * fusekit::dtype_size(t)),
+        grad(static_cast<size_t>(n) * fusekit::dtype_size(t)),
+        m(static_cast<size_t>(n)),
+        v(static_cast<size_t>(n)),
+        absmax_m(static_cast<size_t>(n / 256) * 4),
+        absmax_v(static_cast<size_t>(n / 256) * 4) {
+    fill(var.ptr, t, n, 1, 1.0f);
+    fill(grad.ptr, t, n, 2, 0.01f);
+    fill(m.ptr, DType::kUInt8, n, 3, 1.0f);
+    fill(v.ptr, DType::kUInt8, n, 4, 1.0f);
+    const bool fp8 = f == QuantStateFormat::kFp8;
+    if (fp8) {
+      uint8_t *mc = m.as<uint8_t>();
+#pragma omp parallel for
+      for (int64_t i = 0; i < n; ++i) mc[i] ^= (mc[i] & 0x7f) == 0x7f ? 1 : 0;  // no NaN code
+    }
+    for (int64_t b = 0; b < n / 256; ++b) {
+      absmax_m.as<float>()[b] = fp8 ? 0.01f / 448.0f : 0.01f;
+      absmax_v.as<float>()[b] = fp8 ? 0.01f / 496.0f : 1e-4f;
     }
   }
-  TensorView flat(const DeviceBuffer &b, DType t, int64_t n) const {
-    return TensorView::contiguous(b.ptr, t, &n, 1);
+  TensorView flat(const DeviceBuffer &b, DType t, int64_t count) const {
+    return TensorView::contiguous(b.ptr, t, &count, 1);
+  }
+  // The maps' views: 256 floats, or empty in the FP8 format.
+  TensorView map(const std::array<float, 256> &q) const {
+    return TensorView::of(q.data(), {format == QuantStateFormat::kFp8 ? 0 : 256});
+  }
+  fusekit::Status plan(const fusekit::ApplyAdamWQuantOptions &o,
+                       fusekit::ApplyAdamWQuant *out) const {
+    return fusekit::ApplyAdamWQuant::plan(
+        flat(var, dtype, n), flat(grad, dtype, n), flat(m, DType::kUInt8, n),
+        flat(v, DType::kUInt8, n), map(qm), map(qv), flat(absmax_m, DType::kFloat32, n / 256),
+        flat(absmax_v, DType::kFloat32, n / 256), o, out);
   }
 };
 
-// implementation: a name (cpu_hwy_binary_search: cpu_hwy without the lookup tables), or null.
-void BM_ApplyAdamWQuant(benchmark::State &state, DType t, const char *implementation = nullptr) {
-  QuantData d(t);
+// Options of the benchmark's steps: weight decay 0.01, the format, the guard, the implementation.
+fusekit::ApplyAdamWQuantOptions step_options(QuantStateFormat f, bool guard_lost_v = false,
+                                             const char *implementation = nullptr) {
   fusekit::ApplyAdamWQuantOptions o;
   o.weight_decay = 0.01;
+  o.state_format = f;
+  o.guard_lost_v = guard_lost_v;
   o.implementation = implementation;
+  return o;
+}
+
+// A planned 8-bit step over its own QuantData, with its workspace.
+struct QuantStep {
+  QuantData d;
   fusekit::ApplyAdamWQuant plan;
-  const fusekit::Status st = fusekit::ApplyAdamWQuant::plan(
-      d.flat(d.var, t, kN), d.flat(d.grad, t, kN), d.flat(d.m, DType::kUInt8, kN),
-      d.flat(d.v, DType::kUInt8, kN), TensorView::of(d.qm.data(), {256}),
-      TensorView::of(d.qv.data(), {256}), d.flat(d.absmax_m, DType::kFloat32, kN / 256),
-      d.flat(d.absmax_v, DType::kFloat32, kN / 256), o, &plan);
+  fusekit::Status status;
+  std::unique_ptr<DeviceBuffer> ws;
+  int64_t step = 0;
+  QuantStep(DType t, const fusekit::ApplyAdamWQuantOptions &o, int64_t elements = kN)
+      : d(t, o.state_format, elements) {
+    status = d.plan(o, &plan);
+    if (status.ok())
+      ws = std::make_unique<DeviceBuffer>(std::max<size_t>(plan.workspace_size(), 64));
+  }
+  fusekit::Status run() { return plan.run(step++, 1e-3f, ws->ptr, plan.workspace_size()); }
+};
+
+double seconds_of(const std::function<fusekit::Status()> &fn, std::string *error) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fusekit::Status s = fn();
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok() && error->empty()) *error = s.message();
+  return t;
+}
+
+// implementation: a name (cpu_hwy_binary_search: cpu_hwy without the lookup tables), or null.
+void BM_ApplyAdamWQuant(benchmark::State &state, DType t, const char *implementation = nullptr,
+                        QuantStateFormat format = QuantStateFormat::kDynamicMap) {
+  QuantData d(t, format);
+  fusekit::ApplyAdamWQuant plan;
+  const fusekit::Status st = d.plan(step_options(format, false, implementation), &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
     return;
@@ -139,6 +207,148 @@ void BM_AdamW(benchmark::State &state) {
   fusekit::bench::adam_w_step(state, kN);
 }
 #endif  // FUSEKIT_BENCH_WITH_ADAM_W
+
+// The targets of issue #33 in one benchmark: each iteration runs, back to back, the float32 AdamW
+// step (where it is built), the dynamic-map 8-bit step and the FP8 8-bit step, each on its own
+// 64M-element tensors (float32 var and grad); the iteration's time is the FP8 step's. Counters
+// (medians over the iterations): fp8_ms, dynamic_map_ms, adam_w_ms; dynamic_over_fp8 (the
+// FP8 step's speed-up over the dynamic map's; target >= 1.6), fp8_over_adam_w (FP8 time / float32
+// AdamW time); GB/s and of_copy of the FP8 step at 16 bytes per element; arith_floor_ms (the FP8
+// step's arithmetic alone: common/adam_arithmetic.h, kFp8) and of_arith_floor (floor / time: 1.0
+// is a step bound by its arithmetic and nothing else).
+void BM_ApplyAdamWQuantFormats(benchmark::State &state) {
+  QuantStep fp8(DType::kFloat32, step_options(QuantStateFormat::kFp8));
+  QuantStep dyn(DType::kFloat32, step_options(QuantStateFormat::kDynamicMap));
+  for (const QuantStep *q : {&fp8, &dyn}) {
+    if (!q->status.ok()) {
+      state.SkipWithError(q->status.message().c_str());
+      return;
+    }
+  }
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+  fusekit::bench::AdamWStep adam_w(kN);
+  if (!adam_w.status.ok()) {
+    state.SkipWithError(adam_w.status.message().c_str());
+    return;
+  }
+#endif
+  std::vector<double> t_fp8, t_dyn, t_adam_w;
+  std::string error;
+  for (auto _ : state) {
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+    t_adam_w.push_back(seconds_of([&] { return adam_w.run(); }, &error));
+#endif
+    t_dyn.push_back(seconds_of([&] { return dyn.run(); }, &error));
+    const double t = seconds_of([&] { return fp8.run(); }, &error);
+    t_fp8.push_back(t);
+    state.SetIterationTime(t);
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  using fusekit::bench::median_of;
+  const double op = median_of(t_fp8), dm = median_of(t_dyn);
+  fusekit::bench::report_bandwidth_seconds(state, 16.0 * static_cast<double>(kN), op);
+  state.counters["fp8_ms"] = op * 1e3;
+  state.counters["dynamic_map_ms"] = dm * 1e3;
+  state.counters["dynamic_over_fp8"] = dm / op;
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+  const double aw = median_of(t_adam_w);
+  state.counters["adam_w_ms"] = aw * 1e3;
+  state.counters["fp8_over_adam_w"] = op / aw;
+#endif
+  const double floor =
+      fusekit::bench::adam_arithmetic_seconds_per_element(fusekit::bench::AdamArithmetic::kFp8) *
+      static_cast<double>(kN);
+  state.counters["arith_floor_ms"] = floor * 1e3;
+  state.counters["of_arith_floor"] = floor / op;
+  state.SetLabel(std::string("fp8 ") + fp8.plan.implementation() + ", dynamic map " +
+                 dyn.plan.implementation());
+}
+
+// The arithmetic alone: 65,536 float32 elements (640 KiB of 8-bit state and operands: in this
+// machine's 1 MiB L2), one thread, each iteration the float32 AdamW step (where it is built), the
+// dynamic-map step and the FP8 step in turn; counters: ns per element of each (medians), and the
+// FP8 step's arithmetic floor per element (kFp8, measured on one thread).
+void BM_ApplyAdamWQuantInCache(benchmark::State &state) {
+  constexpr int64_t kSmall = 65536;
+  const int threads = fusekit::num_threads();
+  fusekit::set_num_threads(1);
+  QuantStep fp8(DType::kFloat32, step_options(QuantStateFormat::kFp8), kSmall);
+  QuantStep dyn(DType::kFloat32, step_options(QuantStateFormat::kDynamicMap), kSmall);
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+  fusekit::bench::AdamWStep adam_w(kSmall);
+#endif
+  std::vector<double> t_fp8, t_dyn, t_adam_w;
+  std::string error;
+  if (!fp8.status.ok() || !dyn.status.ok()) error = "plan failed";
+  for (auto _ : state) {
+    if (!error.empty()) break;
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+    t_adam_w.push_back(seconds_of([&] { return adam_w.run(); }, &error));
+#endif
+    t_dyn.push_back(seconds_of([&] { return dyn.run(); }, &error));
+    const double t = seconds_of([&] { return fp8.run(); }, &error);
+    t_fp8.push_back(t);
+    state.SetIterationTime(t);
+  }
+  // The floor on one thread, as the steps ran.
+  const double floor =
+      fusekit::bench::adam_arithmetic_seconds_per_element(fusekit::bench::AdamArithmetic::kFp8);
+  fusekit::set_num_threads(threads);
+  if (!error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  using fusekit::bench::median_of;
+  const double per = 1e9 / static_cast<double>(kSmall);
+  state.counters["fp8_ns/elem"] = median_of(t_fp8) * per;
+  state.counters["dynamic_map_ns/elem"] = median_of(t_dyn) * per;
+#if defined(FUSEKIT_BENCH_WITH_ADAM_W)
+  state.counters["adam_w_ns/elem"] = median_of(t_adam_w) * per;
+#endif
+  state.counters["fp8_floor_ns/elem"] = floor * 1e9;
+  state.SetLabel(std::string("fp8 ") + fp8.plan.implementation() + ", dynamic map " +
+                 dyn.plan.implementation());
+}
+
+// The lost-v guard's cost in the dynamic-map format: each iteration runs the step with the guard
+// off and then on, each on its own 64M float32 tensors, on one implementation. Counters (medians):
+// off_ms, on_ms, on_over_off.
+void BM_ApplyAdamWQuantLostVGuard(benchmark::State &state, const std::string &impl) {
+  QuantStep off(DType::kFloat32, step_options(QuantStateFormat::kDynamicMap, false, impl.c_str()));
+  QuantStep on(DType::kFloat32, step_options(QuantStateFormat::kDynamicMap, true, impl.c_str()));
+  for (const QuantStep *q : {&off, &on}) {
+    if (!q->status.ok()) {
+      state.SkipWithError(q->status.message().c_str());
+      return;
+    }
+  }
+  std::vector<double> t_off, t_on;
+  std::string error;
+  for (auto _ : state) {
+    t_off.push_back(seconds_of([&] { return off.run(); }, &error));
+    const double t = seconds_of([&] { return on.run(); }, &error);
+    t_on.push_back(t);
+    state.SetIterationTime(t);
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  using fusekit::bench::median_of;
+  state.counters["off_ms"] = median_of(t_off) * 1e3;
+  state.counters["on_ms"] = median_of(t_on) * 1e3;
+  state.counters["on_over_off"] = median_of(t_on) / median_of(t_off);
+  state.SetLabel(on.plan.implementation());
+}
+
+const bool registered_guard = [] {
+  for (const std::string &impl : fusekit::ApplyAdamWQuant::implementations()) {
+    if (impl != "cpu_avx512vbmi" && impl != "cpu_hwy") continue;  // the two kernels
+    benchmark::RegisterBenchmark(("BM_ApplyAdamWQuantLostVGuard/" + impl).c_str(),
+                                 BM_ApplyAdamWQuantLostVGuard, impl)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(11);
+  }
+  return true;
+}();
 
 // One block of 256 float32 elements: what a run costs besides the arithmetic.
 struct Tiny {
@@ -204,6 +414,23 @@ BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_binary_search, DType::kFloat32,
                   "cpu_hwy_binary_search")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_fp8, DType::kFloat32, nullptr, QuantStateFormat::kFp8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16_fp8, DType::kBFloat16, nullptr,
+                  QuantStateFormat::kFp8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_ApplyAdamWQuantFormats)
+    ->Name("BM_ApplyAdamWQuantFormats/float32")
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(11);
+BENCHMARK(BM_ApplyAdamWQuantInCache)
+    ->Name("BM_ApplyAdamWQuantInCache/float32")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime()
+    ->Iterations(300);
 
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuantPlanReuse, auto, nullptr) -> Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuantPlanReuse, cpu_avx512vbmi, "cpu_avx512vbmi")
@@ -227,6 +454,10 @@ BENCHMARK_CAPTURE(BM_ArithmeticFloor, quant_double, fusekit::bench::AdamArithmet
     ->Iterations(1);
 BENCHMARK_CAPTURE(BM_ArithmeticFloor, quant_reciprocal,
                   fusekit::bench::AdamArithmetic::kQuantReciprocal)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_ArithmeticFloor, fp8, fusekit::bench::AdamArithmetic::kFp8)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(1);

@@ -26,7 +26,7 @@ CASES = {
     "adam_w": r"^BM_AdamW(/|PlanReuse)",
     "apply_adam_w_quant": r"^BM_ApplyAdamWQuant(/|PlanReuse)",
     "add_lora": r"^BM_AddLora(Prefill|Decode|PlanReuse)",
-    "lazy_adam_quant": r"^BM_LazyAdamQuant(/(float32|bfloat16)/packed/D:32/|PlanReuse)",
+    "lazy_adam_quant": r"^BM_LazyAdamQuant(/(float32|bfloat16)/packed/(fp8/)?D:32/|PlanReuse)",
 }
 
 SPIN = ["sh", "-c", "while :; do :; done"]

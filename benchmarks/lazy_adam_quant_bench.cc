@@ -14,6 +14,11 @@
 // medians. Counters: ms (the 8-bit step), lazy_adam_ms, vs_lazy_adam (8-bit time / float32 time:
 // at most 1 is the target), GB/s (bytes the 8-bit step moves / its time), floor_GB/s, of_floor,
 // state_B/row and state_B/elem for both (8-bit: 2 D + 8 ceil(D / 256); float32: 8 D).
+// BM_LazyAdamQuant/<dtype>/<layout>/fp8/D: the same with the FP8 state format (docs/fp8_state.md)
+// as the 8-bit step, and the dynamic-map step on its own state timed too, in the same iterations
+// (dynamic_map_ms; vs_dynamic_map: FP8 time / dynamic-map time).
+// BM_LazyAdamQuantInCacheGuard/<impl>/D: the lost-v guard's cost in the dynamic-map format, in
+// cache (the arithmetic alone), guard off and on timed in turn: off_ns/row, on_ns/row, on_over_off.
 // Tables come from aclrtMalloc(HUGE_FIRST), as in the seed's programs.
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -23,6 +28,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -47,6 +53,7 @@
 namespace {
 
 using fusekit::DType;
+using fusekit::QuantStateFormat;
 using fusekit::TensorView;
 using fusekit::bench::DeviceBuffer;
 
@@ -81,10 +88,13 @@ std::vector<int32_t> unique_indices(int64_t rows, int64_t n) {
   return perm;
 }
 
-// The 8-bit state and its step's inputs.
+// The 8-bit state and its step's inputs. In the FP8 format (docs/fp8_state.md) m's codes are
+// random E4M3 codes other than the two NaN codes, v's random UE4M4 codes, the scales those of
+// blocks whose largest |m| (sqrt(v)) is 1e-3 to 0.05; the maps are not used (empty views).
 struct QuantData {
   int64_t rows, n, dim, blocks;
   DType dtype;
+  QuantStateFormat format = QuantStateFormat::kDynamicMap;
   size_t es;    // bytes per var / gradient element
   bool packed;  // m and v codes interleaved per row ([R, 2 D]), absmax m and v too ([R, 2 B])
   DeviceBuffer var, grad, m, v, am, av, idx;
@@ -96,12 +106,13 @@ struct QuantData {
   float *amp, *avp;
   int64_t code_stride, absmax_stride;
   QuantData(int64_t r, int64_t nn, int64_t d, DType t, const std::vector<int32_t> &indices,
-            bool pack = false)
+            bool pack = false, QuantStateFormat f = QuantStateFormat::kDynamicMap)
       : rows(r),
         n(nn),
         dim(d),
         blocks((d + 255) / 256),
         dtype(t),
+        format(f),
         es(t == DType::kFloat32 ? 4 : 2),
         packed(pack),
         var(static_cast<size_t>(r * d) * es),
@@ -134,15 +145,26 @@ struct QuantData {
       fill_uniform(av.as<float>(), r * blocks, 6, 1e-6f, 1e-3f);
     }
     std::memcpy(idx.ptr, indices.data(), static_cast<size_t>(nn) * 4);
+    if (f == QuantStateFormat::kFp8) {
+      // m's codes without the NaN codes 0x7f, 0xff (packed: v's codes too, where it does not
+      // matter: every UE4M4 code is finite); the scales of blocks whose max is 1e-3 to 0.05.
+      const int64_t code_bytes = pack ? 2 * r * d : r * d;
+      uint8_t *mc = m.as<uint8_t>();
+#pragma omp parallel for
+      for (int64_t i = 0; i < code_bytes; ++i) mc[i] ^= (mc[i] & 0x7f) == 0x7f ? 1 : 0;
+      fill_uniform(am.as<float>(), r * blocks * (pack ? 2 : 1), 5, 0.001f / 448.0f, 0.05f / 448.0f);
+      if (!pack) fill_uniform(av.as<float>(), r * blocks, 6, 0.001f / 496.0f, 0.05f / 496.0f);
+    }
   }
   fusekit::LazyAdamQuantTensors tensors() {
+    const int64_t map_size = format == QuantStateFormat::kFp8 ? 0 : 256;
     return {TensorView::contiguous(grad.ptr, dtype, {n, dim}),
             TensorView::of(idx.as<int32_t>(), {n}),
             TensorView::strided(mp, DType::kUInt8, {rows, dim}, {code_stride, 1}),
             TensorView::strided(vp, DType::kUInt8, {rows, dim}, {code_stride, 1}),
             TensorView::contiguous(var.ptr, dtype, {rows, dim}),
-            TensorView::of(qm.data(), {256}),
-            TensorView::of(qv.data(), {256}),
+            TensorView::of(qm.data(), {map_size}),
+            TensorView::of(qv.data(), {map_size}),
             TensorView::strided(amp, DType::kFloat32, {rows, blocks}, {absmax_stride, 1}),
             TensorView::strided(avp, DType::kFloat32, {rows, blocks}, {absmax_stride, 1})};
   }
@@ -324,16 +346,51 @@ struct Float32Data {
 };
 #endif
 
-void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed) {
-  const int64_t dim = state.range(0);
-  QuantData q(kRows, kN, dim, dtype, unique_indices(kRows, kN), packed);
+fusekit::LazyAdamQuantOptions format_options(QuantStateFormat f, bool guard_lost_v = false,
+                                             const char *implementation = nullptr) {
+  fusekit::LazyAdamQuantOptions o;
+  o.state_format = f;
+  o.guard_lost_v = guard_lost_v;
+  o.implementation = implementation;
+  return o;
+}
+
+// The dynamic-map step beside an FP8 one (BM_LazyAdamQuant/.../fp8): its own state, the same
+// indices, layout and dtype.
+struct DynamicMapPeer {
+  QuantData q;
   fusekit::LazyAdamQuant plan;
-  const fusekit::Status st = fusekit::LazyAdamQuant::plan(q.tensors(), {}, &plan);
+  fusekit::Status status;
+  std::unique_ptr<DeviceBuffer> ws;
+  DynamicMapPeer(int64_t dim, DType dtype, bool packed, const std::vector<int32_t> &indices)
+      : q(kRows, kN, dim, dtype, indices, packed) {
+    status = fusekit::LazyAdamQuant::plan(q.tensors(), {}, &plan);
+    ws = std::make_unique<DeviceBuffer>(std::max<size_t>(plan.workspace_size(), 64));
+  }
+};
+
+void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed,
+                      QuantStateFormat format = QuantStateFormat::kDynamicMap) {
+  const int64_t dim = state.range(0);
+  const std::vector<int32_t> indices = unique_indices(kRows, kN);
+  QuantData q(kRows, kN, dim, dtype, indices, packed, format);
+  fusekit::LazyAdamQuant plan;
+  const fusekit::Status st =
+      fusekit::LazyAdamQuant::plan(q.tensors(), format_options(format), &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
     return;
   }
   DeviceBuffer ws(std::max<size_t>(plan.workspace_size(), 64));
+  const bool fp8 = format == QuantStateFormat::kFp8;
+  std::unique_ptr<DynamicMapPeer> dyn;
+  if (fp8) {
+    dyn = std::make_unique<DynamicMapPeer>(dim, dtype, packed, indices);
+    if (!dyn->status.ok()) {
+      state.SkipWithError(dyn->status.message().c_str());
+      return;
+    }
+  }
 #if FUSEKIT_BENCH_WITH_LAZY_ADAM
   Float32Data f(kRows, kN, dim, q.idx);
   if (!f.status.ok()) {
@@ -342,7 +399,7 @@ void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed) {
   }
   DeviceBuffer ws32(std::max<size_t>(f.plan.workspace_size(), 64));
 #endif
-  std::vector<double> t_op, t_floor, t_f32;
+  std::vector<double> t_op, t_floor, t_f32, t_dyn;
   for (auto _ : state) {
     t_floor.push_back(seconds_of([&] { rmw_floor(q); }));
 #if FUSEKIT_BENCH_WITH_LAZY_ADAM
@@ -350,6 +407,12 @@ void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed) {
       benchmark::DoNotOptimize(f.plan.run(1e-3f, ws32.ptr, f.plan.workspace_size()).ok());
     }));
 #endif
+    if (dyn) {
+      t_dyn.push_back(seconds_of([&] {
+        benchmark::DoNotOptimize(
+            dyn->plan.run(1e-3f, dyn->ws->ptr, dyn->plan.workspace_size()).ok());
+      }));
+    }
     const double t = seconds_of(
         [&] { benchmark::DoNotOptimize(plan.run(1e-3f, ws.ptr, plan.workspace_size()).ok()); });
     t_op.push_back(t);
@@ -377,22 +440,32 @@ void BM_LazyAdamQuant(benchmark::State &state, DType dtype, bool packed) {
   state.counters["vs_lazy_adam"] = op / f32;  // <= 1: the 8-bit step is no slower
   state.counters["lazy_adam_state_B/row"] = 8.0 * static_cast<double>(dim);
 #endif
-  state.SetLabel(std::string(fusekit::dtype_name(dtype)) + " R=" + std::to_string(kRows) + " N=" +
-                 std::to_string(kN) + " D=" + std::to_string(dim) + " " + plan.implementation());
+  if (dyn) {
+    const double dm = median_of(t_dyn);
+    state.counters["dynamic_map_ms"] = dm * 1e3;
+    state.counters["vs_dynamic_map"] = op / dm;  // FP8 time / dynamic-map time
+  }
+  state.SetLabel(std::string(fusekit::dtype_name(dtype)) + " R=" + std::to_string(kRows) +
+                 " N=" + std::to_string(kN) + " D=" + std::to_string(dim) + " " +
+                 fusekit::quant_state_format_name(format) + " " + plan.implementation() +
+                 (dyn ? std::string(" (dynamic map: ") + dyn->plan.implementation() + ")" : ""));
 }
 
 // The arithmetic alone: a 4,096-row table that fits in L2 (every row once per step, in a random
 // order), one thread; the counter is ns per row (the 8-bit step, and float32 LazyAdam on the same
 // rows): what a row costs when memory is not in the way.
-void BM_LazyAdamQuantInCache(benchmark::State &state, bool packed) {
-  constexpr int64_t kSmallRows = 4096;
+constexpr int64_t kSmallRows = 4096;
+
+void BM_LazyAdamQuantInCache(benchmark::State &state, bool packed,
+                             QuantStateFormat format = QuantStateFormat::kDynamicMap) {
   const int64_t dim = state.range(0);
   QuantData q(kSmallRows, kSmallRows, dim, DType::kFloat32, unique_indices(kSmallRows, kSmallRows),
-              packed);
+              packed, format);
   const int threads = fusekit::num_threads();
   fusekit::set_num_threads(1);
   fusekit::LazyAdamQuant plan;
-  const fusekit::Status st = fusekit::LazyAdamQuant::plan(q.tensors(), {}, &plan);
+  const fusekit::Status st =
+      fusekit::LazyAdamQuant::plan(q.tensors(), format_options(format), &plan);
   if (!st.ok()) {
     state.SkipWithError(st.message().c_str());
     fusekit::set_num_threads(threads);
@@ -422,7 +495,49 @@ void BM_LazyAdamQuantInCache(benchmark::State &state, bool packed) {
 #if FUSEKIT_BENCH_WITH_LAZY_ADAM
   state.counters["lazy_adam_ns/row"] = fusekit::bench::median_of(t_f32) * per_row;
 #endif
-  state.SetLabel(std::string(packed ? "packed" : "separate") + " " + plan.implementation());
+  state.SetLabel(std::string(packed ? "packed " : "separate ") +
+                 fusekit::quant_state_format_name(format) + " " + plan.implementation());
+}
+
+// The lost-v guard's cost in the dynamic-map format, in cache (one thread, the 4,096-row table of
+// BM_LazyAdamQuantInCache, packed): the step with the guard off and on, each on its own state,
+// timed in turn.
+void BM_LazyAdamQuantInCacheGuard(benchmark::State &state, const std::string &impl) {
+  const int64_t dim = state.range(0);
+  const std::vector<int32_t> indices = unique_indices(kSmallRows, kSmallRows);
+  QuantData q_off(kSmallRows, kSmallRows, dim, DType::kFloat32, indices, true);
+  QuantData q_on(kSmallRows, kSmallRows, dim, DType::kFloat32, indices, true);
+  const int threads = fusekit::num_threads();
+  fusekit::set_num_threads(1);
+  fusekit::LazyAdamQuant off, on;
+  fusekit::Status st = fusekit::LazyAdamQuant::plan(
+      q_off.tensors(), format_options(QuantStateFormat::kDynamicMap, false, impl.c_str()), &off);
+  if (st.ok()) {
+    st = fusekit::LazyAdamQuant::plan(
+        q_on.tensors(), format_options(QuantStateFormat::kDynamicMap, true, impl.c_str()), &on);
+  }
+  if (!st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    fusekit::set_num_threads(threads);
+    return;
+  }
+  DeviceBuffer ws(std::max<size_t>(std::max(off.workspace_size(), on.workspace_size()), 64));
+  std::vector<double> t_off, t_on;
+  for (auto _ : state) {
+    t_off.push_back(seconds_of(
+        [&] { benchmark::DoNotOptimize(off.run(1e-6f, ws.ptr, off.workspace_size()).ok()); }));
+    const double t = seconds_of(
+        [&] { benchmark::DoNotOptimize(on.run(1e-6f, ws.ptr, on.workspace_size()).ok()); });
+    t_on.push_back(t);
+    state.SetIterationTime(t);
+  }
+  fusekit::set_num_threads(threads);
+  const double per_row = 1e9 / static_cast<double>(kSmallRows);
+  using fusekit::bench::median_of;
+  state.counters["off_ns/row"] = median_of(t_off) * per_row;
+  state.counters["on_ns/row"] = median_of(t_on) * per_row;
+  state.counters["on_over_off"] = median_of(t_on) / median_of(t_off);
+  state.SetLabel(on.implementation());
 }
 
 // The seed shape (float32 table) on each implementation of the list.
@@ -451,24 +566,39 @@ void BM_LazyAdamQuantImplementation(benchmark::State &state, const std::string &
 }
 
 const bool registered = [] {
-  for (bool packed : {false, true}) {
-    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-      benchmark::RegisterBenchmark((std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t) +
-                                    (packed ? "/packed" : "/separate"))
-                                       .c_str(),
-                                   BM_LazyAdamQuant, t, packed)
+  for (QuantStateFormat f : {QuantStateFormat::kDynamicMap, QuantStateFormat::kFp8}) {
+    const std::string suffix = f == QuantStateFormat::kFp8 ? "/fp8" : "";
+    for (bool packed : {false, true}) {
+      for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+        benchmark::RegisterBenchmark((std::string("BM_LazyAdamQuant/") + fusekit::dtype_name(t) +
+                                      (packed ? "/packed" : "/separate") + suffix)
+                                         .c_str(),
+                                     BM_LazyAdamQuant, t, packed, f)
+            ->ArgName("D")
+            ->Arg(32)
+            ->Arg(128)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(9);
+      }
+    }
+    for (bool packed : {false, true}) {
+      benchmark::RegisterBenchmark(
+          (std::string("BM_LazyAdamQuantInCache/") + (packed ? "packed" : "separate") + suffix)
+              .c_str(),
+          BM_LazyAdamQuantInCache, packed, f)
           ->ArgName("D")
           ->Arg(32)
           ->Arg(128)
           ->UseManualTime()
-          ->Unit(benchmark::kMillisecond)
-          ->Iterations(9);
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(300);
     }
   }
-  for (bool packed : {false, true}) {
-    benchmark::RegisterBenchmark(
-        (std::string("BM_LazyAdamQuantInCache/") + (packed ? "packed" : "separate")).c_str(),
-        BM_LazyAdamQuantInCache, packed)
+  for (const std::string &impl : fusekit::LazyAdamQuant::implementations()) {
+    if (impl != "cpu_avx512vbmi" && impl != "cpu_hwy") continue;  // the two kernels
+    benchmark::RegisterBenchmark(("BM_LazyAdamQuantInCacheGuard/" + impl).c_str(),
+                                 BM_LazyAdamQuantInCacheGuard, impl)
         ->ArgName("D")
         ->Arg(32)
         ->Arg(128)

@@ -276,19 +276,22 @@ def _lazy_fp8(var, grad, indices, mc, vc, sm, sv, lr, beta1, beta2, eps, dtype, 
     if len(rows) == 0:
         return var, mc, vc, sm, sv, skipped
 
-    # Per row and block of 256 columns (the last one partial): scales and codes.
+    # Per row and block of 256 columns (the last one partial): scales and codes. A row of at most
+    # 256 columns is one block as it is (no padding: the seed's 564,096 rows of 32 padded to 256
+    # took 8 GiB of temporaries).
     k = len(rows)
-    pad = nb * BLOCK - D
-    in_row = np.arange(nb * BLOCK).reshape(nb, BLOCK) < D
-    valid = np.broadcast_to(in_row, (k, nb, BLOCK)).reshape(k * nb, BLOCK)
+    width = BLOCK if nb > 1 else D
+    pad = nb * width - D
+    in_row = np.arange(nb * width).reshape(nb, width) < D
+    valid = np.broadcast_to(in_row, (k, nb, width)).reshape(k * nb, width)
 
     def as_blocks(a):
-        return np.concatenate([a, np.zeros((k, pad), F32)], axis=1).reshape(k * nb, BLOCK)
+        return np.concatenate([a, np.zeros((k, pad), F32)], axis=1).reshape(k * nb, width)
 
     new_mc, new_sm = quantize_blocks(as_blocks(mm), "e4m3", valid)
     new_vc, new_sv = quantize_blocks(as_blocks(ss), "ue4m4", valid)
-    mc[rows] = new_mc.reshape(k, nb * BLOCK)[:, :D]
-    vc[rows] = new_vc.reshape(k, nb * BLOCK)[:, :D]
+    mc[rows] = new_mc.reshape(k, nb * width)[:, :D]
+    vc[rows] = new_vc.reshape(k, nb * width)[:, :D]
     sm[rows] = new_sm.reshape(k, nb)
     sv[rows] = new_sv.reshape(k, nb)
     var[rows] = w_stored.view(var.dtype)

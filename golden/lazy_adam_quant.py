@@ -16,7 +16,12 @@ from the spec and not from the C++:
     fix (ApplyAdamWQuant's rule).
 
 The maps, the nearest code and the 16-bit storage come from golden/apply_adam_w_quant.py (NumPy, the
-same rules)."""
+same rules).
+
+The sizes whose format is "fp8" run the FP8 state format instead (docs/fp8_state.md: m as E4M3,
+sqrt(v) as UE4M4, one scale per row block, no maps), with golden/fp8_state.py as the golden;
+params.txt names the format (state_format = dynamic_map or fp8) and the runner takes it from
+there."""
 import numpy as np
 
 from golden.apply_adam_w_quant import create_dynamic_map, narrow, nearest_code, storage_dtype, widen
@@ -30,13 +35,22 @@ F32 = np.float32
 BLOCK = 256
 
 SIZES = {
-    # name: (rows R, indices N, dim D, table dtype, gradient dtype, duplicates, padding)
-    "seed": (2_000_000, 564_096, 32, "float32", "float32", False, False),  # gen_data.py's shape
-    "small": (20_000, 5_641, 32, "float32", "float32", True, True),
-    "small_bf16": (5_000, 3_000, 300, "bfloat16", "float32", True, True),  # two blocks per row
-    "small_fp16": (4_000, 2_000, 257, "float16", "float16", True, False),
-    "small_bf16_d8": (30_000, 20_000, 8, "bfloat16", "bfloat16", False, True),
+    # name: (rows R, indices N, dim D, table dtype, gradient dtype, duplicates, padding, state
+    # format: "dynamic_map" or "fp8" (docs/fp8_state.md))
+    "seed": (2_000_000, 564_096, 32, "float32", "float32", False, False, "dynamic_map"),  # gen_data.py's
+    "small": (20_000, 5_641, 32, "float32", "float32", True, True, "dynamic_map"),
+    "small_bf16": (5_000, 3_000, 300, "bfloat16", "float32", True, True, "dynamic_map"),  # 2 blocks a row
+    "small_fp16": (4_000, 2_000, 257, "float16", "float16", True, False, "dynamic_map"),
+    "small_bf16_d8": (30_000, 20_000, 8, "bfloat16", "bfloat16", False, True, "dynamic_map"),
+    "seed_fp8": (2_000_000, 564_096, 32, "float32", "float32", False, False, "fp8"),
+    "small_fp8": (20_000, 5_641, 32, "float32", "float32", True, True, "fp8"),
+    "small_fp8_bf16": (5_000, 3_000, 300, "bfloat16", "float32", True, True, "fp8"),
+    "small_fp8_fp16_d8": (30_000, 20_000, 8, "float16", "float16", False, True, "fp8"),
 }
+
+# The flows scripts/main.sh runs besides the main size (the seed's), per mode ("default", or
+# "small" for --small): the FP8 state format at the same shape.
+EXTRA_SIZES = {"default": ["seed_fp8"], "small": ["small_fp8"]}
 
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
@@ -108,8 +122,93 @@ def _golden(grad, indices, m, v, var, qm, qv, am, av, lr, beta1, beta2, eps, dty
     return m, v, var, am, av, skipped
 
 
+def fp8_state(rng, R, D, indices):
+    """An FP8 state of [R, D] (docs/fp8_state.md): m and sqrt(v) drawn per row block (magnitudes
+    1e-5 to 1e-1, elements spread over the codes' range, subnormal codes included), coded by
+    golden/fp8_state.py's block rule as a run leaves them; then, on rows the batch names: an
+    all-zero m block (scale 0), a row whose v codes are all 0 under a non-zero m (the lost-v guard
+    on every column), a few lost v, an E4M3 NaN code (non-finite state: the row is left unchanged).
+    Returns (m codes, v codes, m scales, v scales)."""
+    from golden.fp8_state import quantize_blocks
+    nb = (D + BLOCK - 1) // BLOCK
+    w = min(D, BLOCK)  # block width: rows of up to 256 columns are one block
+    pad = nb * w - D
+    valid_row = np.arange(nb * w).reshape(nb, w) < D
+    mc = np.empty((R * nb, w), np.uint8)
+    vc = np.empty((R * nb, w), np.uint8)
+    sm = np.empty(R * nb, F32)
+    sv = np.empty(R * nb, F32)
+    step = max(1, (1 << 20) // w) * nb  # blocks at a time (whole rows): bounded temporaries
+    for lo in range(0, R * nb, step):
+        hi = min(R * nb, lo + step)
+        k = hi - lo
+        valid = np.broadcast_to(valid_row, (k // nb, nb, w)).reshape(k, w)
+        mag = (10.0 ** rng.uniform(-5, -1, (k, 1))).astype(F32)
+        mm = (rng.standard_normal((k, w), dtype=F32) * mag *
+              np.exp(rng.uniform(-6, 0, (k, w))).astype(F32)).astype(F32)
+        ss = (np.abs(rng.standard_normal((k, w), dtype=F32)) * mag * 2).astype(F32)
+        mc[lo:hi], sm[lo:hi] = quantize_blocks(mm, "e4m3", valid)
+        vc[lo:hi], sv[lo:hi] = quantize_blocks(ss, "ue4m4", valid)
+    mc = mc.reshape(R, nb * w)[:, :D].copy() if pad else mc.reshape(R, D)
+    vc = vc.reshape(R, nb * w)[:, :D].copy() if pad else vc.reshape(R, D)
+    sm, sv = sm.reshape(R, nb), sv.reshape(R, nb)
+    named = indices[indices >= 0]
+    if len(named) > 40:
+        r0, r1, r2, r3 = (int(named[k]) for k in (11, 23, 31, 37))
+        mc[r0, :min(D, BLOCK)], sm[r0, 0] = 0, F32(0)  # an all-zero m block
+        vc[r1], sv[r1] = 0, F32(0)  # every v of the row lost under a non-zero m
+        vc[r2, ::3] = 0  # a few lost v
+        mc[r3, D // 2] = 0xFF  # E4M3's NaN code (negative): the row is left unchanged
+    return mc, vc, sm, sv
+
+
+def generate_fp8(out_dir, size, seed):
+    """The FP8 state format's flow: the dynamic-map flow's batch and table (the same draws), the
+    state from fp8_state(), golden from golden/fp8_state.py (no map files; absmaxM and absmaxV hold
+    the blocks' scales)."""
+    from golden.fp8_state import lazy_adam_quant_fp8
+    R, N, D, dtype, gdtype, dups, padding, _ = SIZES[size]
+    nb = (D + BLOCK - 1) // BLOCK
+    rng = np.random.default_rng(seed)
+    lr, beta1, beta2, eps = 0.001, 0.9, 0.999, 1e-7
+    var = narrow(rng.uniform(1, 2, R * D).astype(F32), dtype).reshape(R, D)
+    indices, grad = batch(rng, R, N, D, gdtype, dups, padding, size)
+    m, v, sm, sv = fp8_state(rng, R, D, indices)
+    ins = {"gradient": grad, "indices": indices, "inputM": m, "inputV": v, "inputVar": var,
+           "absmaxM": sm, "absmaxV": sv, "lr": np.array([lr], F32)}
+    for name, a in ins.items():
+        write_bin(f"{out_dir}/input/{name}.bin", a)
+    gvar, gm, gv, gsm, gsv, skipped = lazy_adam_quant_fp8(var, grad, indices, m, v, sm, sv, lr, beta1,
+                                                          beta2, eps, dtype=dtype, grad_dtype=gdtype)
+    for name, a in {"inputM": gm, "inputV": gv, "inputVar": gvar, "absmaxM": gsm,
+                    "absmaxV": gsv}.items():
+        write_bin(f"{out_dir}/golden/{name}.bin", a)
+    write_params(f"{out_dir}/params.txt", dict(rows=R, n=N, dim=D, blocks=nb, dtype=dtype,
+                                               grad_dtype=gdtype, lr=lr, beta1=beta1, beta2=beta2,
+                                               epsilon=eps, skipped_rows=skipped, state_format="fp8",
+                                               seed=seed, size=size))
+
+
+def batch(rng, R, N, D, gdtype, dups, padding, size):
+    """The batch: N indices (a permutation of the rows cut; duplicates and padding where the size
+    asks) and the gradient [N, D] (one NaN: a non-finite row, left unchanged)."""
+    indices = rng.permutation(R)[:N].astype(np.int32)
+    if dups:  # some rows named again (summed in order of occurrence)
+        rep = rng.random(N) < 0.1
+        indices[rep] = indices[rng.integers(0, N, int(rep.sum()))]
+    if padding:
+        indices[rng.random(N) < 0.02] = -1
+    grad32 = rng.uniform(-1, 1, (N, D)).astype(F32) if not size.startswith("seed") else \
+        rng.uniform(1, 2, (N, D)).astype(F32)
+    if N > 10:
+        grad32[7, D // 2] = np.nan  # a non-finite row, left unchanged
+    return indices, narrow(grad32.ravel(), gdtype).reshape(N, D)
+
+
 def generate(out_dir, size="seed", seed=0):
-    R, N, D, dtype, gdtype, dups, padding = SIZES[size]
+    R, N, D, dtype, gdtype, dups, padding, fmt = SIZES[size]
+    if fmt == "fp8":
+        return generate_fp8(out_dir, size, seed)
     nb = (D + BLOCK - 1) // BLOCK
     rng = np.random.default_rng(seed)
     lr, beta1, beta2, eps = 0.001, 0.9, 0.999, 1e-7
@@ -120,17 +219,7 @@ def generate(out_dir, size="seed", seed=0):
     am = rng.uniform(0.001, 0.05, (R, nb)).astype(F32)
     av = rng.uniform(1e-6, 1e-3, (R, nb)).astype(F32)
     am[1, 0] = 0  # an all-zero moment block
-    indices = rng.permutation(R)[:N].astype(np.int32)
-    if dups:  # some rows named again (summed in order of occurrence)
-        rep = rng.random(N) < 0.1
-        indices[rep] = indices[rng.integers(0, N, int(rep.sum()))]
-    if padding:
-        indices[rng.random(N) < 0.02] = -1
-    grad32 = rng.uniform(-1, 1, (N, D)).astype(F32) if size != "seed" else \
-        rng.uniform(1, 2, (N, D)).astype(F32)
-    if N > 10:
-        grad32[7, D // 2] = np.nan  # a non-finite row, left unchanged
-    grad = narrow(grad32.ravel(), gdtype).reshape(N, D)
+    indices, grad = batch(rng, R, N, D, gdtype, dups, padding, size)
     ins = {"gradient": grad, "indices": indices, "inputM": m, "inputV": v, "inputVar": var,
            "qmapM": qm, "qmapV": qv, "absmaxM": am, "absmaxV": av, "lr": np.array([lr], F32)}
     for name, a in ins.items():
@@ -142,8 +231,8 @@ def generate(out_dir, size="seed", seed=0):
         write_bin(f"{out_dir}/golden/{name}.bin", a)
     write_params(f"{out_dir}/params.txt", dict(rows=R, n=N, dim=D, blocks=nb, dtype=dtype,
                                                grad_dtype=gdtype, lr=lr, beta1=beta1, beta2=beta2,
-                                               epsilon=eps, skipped_rows=skipped, seed=seed,
-                                               size=size))
+                                               epsilon=eps, skipped_rows=skipped,
+                                               state_format="dynamic_map", seed=seed, size=size))
 
 
 def verify(out_dir):

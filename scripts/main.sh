@@ -9,6 +9,9 @@
 # Each flow gates on its operator's documented promise (golden/<op>.py GATE): bitwise where the doc
 # says bitwise (LazyAdam, ApplyAdamWQuant, LazyAdamQuant: one element off by one ulp fails the job),
 # the stated tolerance elsewhere (AddLora); the job exits non-zero when any flow fails.
+# An operator runs its main size, then the extra sizes its golden module names (EXTRA_SIZES: the
+# 8-bit optimizers' FP8 state format at the same shape, golden/fp8_state.py the golden, gated
+# bitwise too; docs/fp8_state.md), each into out/<op> (the main size) or out/<op>.<size>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=default  # each operator's main size (the seed's shape unless its golden module says otherwise)
@@ -24,14 +27,22 @@ cmake --build "$build" -j "$(nproc)"
 echo "[main.sh] set-up and build: $(($(date +%s) - t0)) s"
 
 status=0
-ops=()
+outs=()
 for op in $(grep -E '^[a-z0-9_]+$' operators.txt); do  # the operator list
   [ -f "golden/$op.py" ] && [ -x "$build/tools/run_$op" ] || continue
-  ops+=("$op")
-  echo "=== $op ($size) ==="
-  ts=$(date +%s)
-  "$PY" golden/run_flow.py "$op" --build "$build" --out "out/$op" --size "$size" || status=1
-  echo "[main.sh] $op: $(($(date +%s) - ts)) s"
+  # the main size, then the extras
+  sizes=$("$PY" golden/run_flow.py "$op" --sizes "$size") || { echo "[FAIL] $op: no sizes"; status=1; continue; }
+  first=1
+  for s in $sizes; do
+    out=out/$op
+    [ "$first" = 1 ] || out=out/$op.$s
+    first=0
+    outs+=("$out")
+    echo "=== $op ($s) ==="
+    ts=$(date +%s)
+    "$PY" golden/run_flow.py "$op" --build "$build" --out "$out" --size "$s" || status=1
+    echo "[main.sh] $op ($s): $(($(date +%s) - ts)) s"
+  done
 done
 
 echo
@@ -39,8 +50,8 @@ echo "=== fusekit summary ($(date -u +%Y-%m-%d), $(nproc) threads, $(lscpu | sed
 echo "(time, rate: median of the steady calls after a warm-up; first call: the checked one, cold;"
 echo " gate: bitwise = every output element bit for bit and every code exact, as the operator's doc"
 echo " promises; bound = the tolerance its doc states: golden/<op>.py GATE)"
-printf '%-20s %-5s %-8s %-36s %13s %18s %13s  %s\n' \
+printf '%-24s %-5s %-8s %-36s %13s %18s %13s  %s\n' \
   operator check gate shape time rate "first call" outputs
-for op in "${ops[@]}"; do cat "out/$op/summary.txt"; done
+for out in "${outs[@]}"; do cat "$out/summary.txt"; done
 echo "[main.sh] total: $(($(date +%s) - t0)) s"
 exit $status

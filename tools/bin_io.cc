@@ -74,6 +74,8 @@ void write_stats(const std::string &dir, const std::map<std::string, std::string
 OpCall::OpCall(aclrtStream stream, PhaseOne phase_one, PhaseTwo phase_two)
     : stream_(stream), phase_one_(std::move(phase_one)), phase_two_(phase_two) {}
 
+OpCall::OpCall(Plan plan, Run run) : plan_(std::move(plan)), run_(std::move(run)) {}
+
 OpCall::~OpCall() {
   if (workspace_ != nullptr) aclrtFree(workspace_);
 }
@@ -81,7 +83,12 @@ OpCall::~OpCall() {
 CallSeconds OpCall::operator()() {
   const auto t0 = std::chrono::steady_clock::now();
   aclOpExecutor *executor = nullptr;
-  if (phase_one_(&workspace_size_, &executor) != ACLNN_SUCCESS) die(aclGetRecentErrMsg());
+  if (plan_) {
+    const Status s = plan_(&workspace_size_);
+    if (!s.ok()) die(s.message());
+  } else if (phase_one_(&workspace_size_, &executor) != ACLNN_SUCCESS) {
+    die(aclGetRecentErrMsg());
+  }
   if (workspace_size_ > capacity_) {
     if (workspace_ != nullptr) aclrtFree(workspace_);
     workspace_ = nullptr;
@@ -90,9 +97,14 @@ CallSeconds OpCall::operator()() {
     capacity_ = workspace_size_;
   }
   const auto t1 = std::chrono::steady_clock::now();
-  if (phase_two_(workspace_, workspace_size_, executor, stream_) != ACLNN_SUCCESS)
-    die(aclGetRecentErrMsg());
-  if (aclrtSynchronizeStream(stream_) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  if (run_) {
+    const Status s = run_(workspace_, workspace_size_);
+    if (!s.ok()) die(s.message());
+  } else {
+    if (phase_two_(workspace_, workspace_size_, executor, stream_) != ACLNN_SUCCESS)
+      die(aclGetRecentErrMsg());
+    if (aclrtSynchronizeStream(stream_) != ACL_SUCCESS) die(aclGetRecentErrMsg());
+  }
   const auto t2 = std::chrono::steady_clock::now();
   return {std::chrono::duration<double>(t1 - t0).count(),
           std::chrono::duration<double>(t2 - t1).count()};

@@ -12,6 +12,7 @@
 
 #include "acl/acl.h"
 #include "aclnn/acl_meta.h"
+#include "fusekit/status.h"
 
 namespace fusekit::tools {
 
@@ -55,12 +56,20 @@ struct SteadySeconds {
 // GetWorkspaceSize with its arguments bound) gives the workspace size and the executor, the
 // workspace is allocated once (grown if a later call asks for more), `phase_two` runs on `stream`,
 // which is synchronized. Any failure exits with the library's message.
+//
+// The second constructor makes the same call through the operator's C++ API, for what the aclnn
+// face does not take (the FP8 state format of the 8-bit optimizers, docs/fp8_state.md): `plan`
+// (phase one) makes the plan with the arguments bound and gives its workspace size, `run`
+// (phase two) runs it on the workspace. Any failure exits with the status's message.
 class OpCall {
  public:
   using PhaseOne = std::function<aclnnStatus(uint64_t *workspace_size, aclOpExecutor **executor)>;
   using PhaseTwo = aclnnStatus (*)(void *workspace, uint64_t workspace_size,
                                    aclOpExecutor *executor, aclrtStream stream);
+  using Plan = std::function<Status(uint64_t *workspace_size)>;
+  using Run = std::function<Status(void *workspace, uint64_t workspace_size)>;
   OpCall(aclrtStream stream, PhaseOne phase_one, PhaseTwo phase_two);
+  OpCall(Plan plan, Run run);
   ~OpCall();
   OpCall(const OpCall &) = delete;
   OpCall &operator=(const OpCall &) = delete;
@@ -73,9 +82,11 @@ class OpCall {
   uint64_t workspace_size() const { return workspace_size_; }
 
  private:
-  aclrtStream stream_;
+  aclrtStream stream_ = nullptr;
   PhaseOne phase_one_;
-  PhaseTwo phase_two_;
+  PhaseTwo phase_two_ = nullptr;
+  Plan plan_;  // the C++ API's call, when phase_one_ is not set
+  Run run_;
   void *workspace_ = nullptr;
   uint64_t workspace_size_ = 0, capacity_ = 0;
 };

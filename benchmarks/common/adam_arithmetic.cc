@@ -5,6 +5,11 @@
 //   [m = m / Am; v = v / Av   (or in double: float(m * (1.0 / Am)), or in float: m * (1 / Am))]
 // The bracketed parts are the 8-bit step's dequantization and normalization; the codes, the block
 // maxima and every load and store are left out, so this is a lower bound on the step's time.
+// The FP8 format's mix keeps s = sqrt(v) as its state (docs/fp8_state.md):
+//   g = (w + 1) * gs; m = m * Am; s = s * As; v = s * s;  m = m * b1 + g * (1 - b1);
+//   v = v * b2 + (g * g) * (1 - b2);  s = sqrt(v);  w = (w + (m * step) / (s + eps)) * decay;
+//   m = m * (1 / Am); s = s * (1 / As)
+// (the bit arithmetic of the codes left out as above).
 // Values stay normal and bounded: w settles near -1, where g changes sign, and m, v near 1e-10 and
 // 1e-16 (with g = w * gs, w decayed to 0 and every state went subnormal within the 2M rounds: on
 // Intel cores each subnormal operand is a microcode assist, and the "floor" read 18-25 ns per
@@ -35,12 +40,24 @@ double AdamLoop(int64_t iters, float *sink) {
   for (int k = 0; k < kStates; ++k) {
     w[k] = hn::Set(d, 1.0f + 0.125f * static_cast<float>(k));
     m[k] = hn::Set(d, 1e-3f);
-    v[k] = hn::Set(d, 1e-6f);
+    v[k] = hn::Set(d, kMix == 4 ? 1e-3f : 1e-6f);  // FP8: v holds s = sqrt(v)
   }
   for (int64_t i = 0; i < iters; ++i) {
     for (int k = 0; k < kStates; ++k) {
       const auto g = hn::Mul(hn::Add(w[k], one), gs);
       auto mk = m[k], vk = v[k];
+      if constexpr (kMix == 4) {  // FP8: the state is m and s = sqrt(v)
+        mk = hn::Mul(mk, am);
+        const auto sk = hn::Mul(vk, av);
+        vk = hn::Mul(sk, sk);
+        mk = hn::Add(hn::Mul(mk, b1), hn::Mul(g, omb1));
+        vk = hn::Add(hn::Mul(vk, b2), hn::Mul(hn::Mul(g, g), omb2));
+        const auto s = hn::Sqrt(vk);
+        w[k] = hn::Mul(hn::Add(w[k], hn::Div(hn::Mul(mk, step), hn::Add(s, eps))), decay);
+        m[k] = hn::Mul(mk, ram);
+        v[k] = hn::Mul(s, rav);
+        continue;
+      }
       if constexpr (kMix != 0) {
         mk = hn::Mul(mk, am);
         vk = hn::Mul(vk, av);
@@ -88,6 +105,8 @@ double AdamLoopMix(int mix, int64_t iters, float *sink) {
       return AdamLoop<2>(iters, sink);
     case 3:
       return AdamLoop<3>(iters, sink);
+    case 4:
+      return AdamLoop<4>(iters, sink);
     default:
       return AdamLoop<0>(iters, sink);
   }
@@ -101,18 +120,21 @@ HWY_AFTER_NAMESPACE();
 
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "common/adam_arithmetic.h"
 #include "common/ceilings.h"
+#include "fusekit/threading.h"
 
 namespace fusekit::bench {
 HWY_EXPORT(AdamLoopMix);
 
 double adam_arithmetic_seconds_per_element(AdamArithmetic mix) {
   static std::mutex mu;
-  static std::map<AdamArithmetic, double> cache;
+  static std::map<std::pair<AdamArithmetic, int>, double> cache;  // per mix and thread count
   const std::lock_guard<std::mutex> lock(mu);
-  if (const auto it = cache.find(mix); it != cache.end()) return it->second;
+  const std::pair<AdamArithmetic, int> key{mix, fusekit::num_threads()};
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
   const double elements_per_second = median_rate_all_threads(5, [mix] {
     float sink = 0;
     const double elements =
@@ -120,7 +142,7 @@ double adam_arithmetic_seconds_per_element(AdamArithmetic mix) {
     benchmark::DoNotOptimize(sink);
     return elements;
   });
-  return cache[mix] = 1.0 / elements_per_second;
+  return cache[key] = 1.0 / elements_per_second;
 }
 
 }  // namespace fusekit::bench

@@ -15,10 +15,14 @@ enum class AdamArithmetic {
   kQuantDouble,      // exact too: the normalizing quotients as float(m * (1.0 / absmax)) in double,
                      // which equals the float32 division for every normal quotient
   kQuantReciprocal,  // not exact: m * (1 / absmax) in float32 (within the spec's code tolerance)
+  kFp8,              // the FP8 state format (docs/fp8_state.md): AdamW's arithmetic on m and
+                     // s = sqrt(v), + 3 dequantizing multiplies (m * scale, s * scale, s * s) and
+                     // the 2 coding multiplies (m * inv, s * inv); the square root the update
+                     // takes is the s stored, so one square root and one division remain
 };
 
-// Seconds per element with all worker threads (wall time / elements), median of several runs;
-// measured once per process and mix, then cached.
+// Seconds per element with all worker threads (fusekit::num_threads(): wall time / elements),
+// median of several runs; measured once per process, mix and thread count, then cached.
 double adam_arithmetic_seconds_per_element(AdamArithmetic mix);
 
 }  // namespace fusekit::bench

@@ -31,7 +31,7 @@
 
 #include <hwy/highway.h>
 
-#include "common/fp8_codes_hwy-inl.h"  // Fp8Value, Fp8Code: the FP8 state format
+#include "common/fp8_codes_hwy-inl.h"  // Fp8Decode, Fp8Code, StoreFp8Codes: the FP8 state format
 #include "common/hwy_dtype-inl.h"
 #include "common/quant_codes_hwy-inl.h"  // Codes, BlockCodes, recip_ok: the nearest code
 
@@ -71,15 +71,25 @@ HWY_INLINE void StoreFp8Block(DF df, DI di, D8 d8, const float *m_new, const flo
   *scale_m = sm.scale;
   *scale_v = sv.scale;
   const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
-  const auto zero = hn::Zero(di);
-  for (int64_t j = 0; j < vec_len; j += N) {
-    StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
-    const auto cm =
-        sm.inv == 0.0f ? zero : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m));
-    const auto cv =
-        sv.inv == 0.0f ? zero : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v));
-    hn::StoreU(hn::DemoteTo(d8, cm), d8, mc + j);
-    hn::StoreU(hn::DemoteTo(d8, cv), d8, vc + j);
+  if (sm.inv != 0.0f && sv.inv != 0.0f) {  // the usual block: no zero scale, no test per vector
+    for (int64_t j = 0; j < vec_len; j += N) {
+      StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
+      StoreFp8Codes(d8, di, Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m)),
+                    mc + j);
+      StoreFp8Codes(d8, di, Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v)),
+                    vc + j);
+    }
+  } else {
+    const auto zero = hn::Zero(di);
+    for (int64_t j = 0; j < vec_len; j += N) {
+      StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
+      const auto cm =
+          sm.inv == 0.0f ? zero : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m));
+      const auto cv =
+          sv.inv == 0.0f ? zero : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v));
+      StoreFp8Codes(d8, di, cm, mc + j);
+      StoreFp8Codes(d8, di, cv, vc + j);
+    }
   }
   for (int64_t j = vec_len; j < len; ++j) {
     var[j] = from_float<T>(w_new[j]);
@@ -122,22 +132,28 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
     const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+    // FP8: the decode's folded scales (Fp8Decode); a block whose scale does not fold (above 1e36)
+    // runs the update one element at a time.
+    const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
+    const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+    const int64_t upd_len =
+        kFp8 && !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ? 0 : vec_len;
     auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
     auto acc_w = hn::Zero(di);
-    for (int64_t j = 0; j < vec_len; j += N) {
+    for (int64_t j = 0; j < upd_len; j += N) {
       const int64_t i = lo + j;
-      const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
-      const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
       hn::Vec<decltype(df)> m, v;
       if constexpr (kFp8) {
-        m = hn::Mul(Fp8Value<kE4M3>(df, di, mc), vscale_m);
-        const auto sv = hn::Mul(Fp8Value<kUE4M4>(df, di, vc), vscale_v);
-        v = hn::Mul(sv, sv);
+        m = Fp8Decode<kE4M3>(df, a.m + i, vscale_m, vscale256_m);
+        const auto sv = Fp8Decode<kUE4M4>(df, a.v + i, vscale_v, vscale256_v);
+        v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
       } else {
+        const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
+        const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
         m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
         v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
+        if (a.guard_lost_v) v = GuardLostV(m, v);
       }
-      if (a.guard_lost_v) v = GuardLostV(m, v);
       auto s = v;
       const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i), &s);
       hn::Store(m, df, m_new + j);
@@ -149,12 +165,12 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     }
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
     bool var_ok = true;
-    if (vec_len > 0) {
+    if (upd_len > 0) {
       max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
       max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
       var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
     }
-    for (int64_t j = vec_len; j < len; ++j) {
+    for (int64_t j = upd_len; j < len; ++j) {
       const int64_t i = lo + j;
       float m, v;
       if constexpr (kFp8) {

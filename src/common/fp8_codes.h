@@ -74,6 +74,13 @@ inline Fp8BlockScale fp8_block_scale(float a) {
   return {a / F.max_value, F.max_value / a};
 }
 
+// Whether a block's scale can be folded with the 256 of the SIMD decode (common/
+// fp8_codes_hwy-inl.h, Fp8Decode: value(code) / 256 * (scale * 256), which is value(code) * scale
+// when scale * 256 is exact): every scale but a finite one whose * 256 overflows.
+inline bool fp8_scale_folds(float scale) {
+  return !(std::isfinite(scale) && std::fabs(scale) > std::numeric_limits<float>::max() / 256.0f);
+}
+
 // The code of x in a block of that scale: fp8_code(x * inv); a zero block codes every element 0
 // (E4M3 writes 0, not the -0 that a negative x * 0 would give).
 template <const Fp8Format &F>

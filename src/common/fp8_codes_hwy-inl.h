@@ -5,6 +5,11 @@
 // float32 bits to the format's mantissa width (a float32 addition of a power of two below the first
 // normal). No table, no gather, no permute.
 //
+// Fp8Decode (the kernels' decode: codes from memory, times the block's scale) takes a shorter
+// road on targets with F16C: a code's bits placed in a float16 are the code's value / 256 exactly
+// (both formats have float16's exponent layout with bias 7 instead of 15, and float16's
+// subnormals are theirs), the hardware conversion widens it, and the 256 goes into the scale.
+//
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
 #include <bit>
@@ -53,14 +58,69 @@ HWY_INLINE hn::Vec<DI> Fp8Code(DF df, DI di, hn::Vec<DF> x) {
   const auto a = hn::BitCast(df, b);
   const auto sub = hn::Sub(hn::BitCast(di, hn::Add(a, hn::Set(df, kMagic))),
                            hn::Set(di, std::bit_cast<int32_t>(kMagic)));
-  const auto rounded = hn::Add(hn::Add(b, hn::Set(di, (1 << (S - 1)) - 1)),
+  // ((b + 2^(S-1) - 1 + lsb) >> S) - (120 << M), the rebias folded into the addend (an arithmetic
+  // shift of X - 120 * 2^23 is X's shift minus 120 << M exactly); lanes below 2^-6 are not used.
+  const auto rounded = hn::Add(hn::Add(b, hn::Set(di, (1 << (S - 1)) - 1 - (120 << 23))),
                                hn::And(hn::ShiftRight<S>(b), hn::Set(di, 1)));
-  const auto normal = hn::Sub(hn::ShiftRight<S>(rounded), hn::Set(di, 120 << M));
+  const auto normal = hn::ShiftRight<S>(rounded);
   auto code = hn::IfThenElse(hn::RebindMask(di, hn::Lt(a, hn::Set(df, 0x1p-6f))), sub, normal);
   code = hn::Min(code, hn::Set(di, static_cast<int32_t>(F.max_code)));
   if constexpr (F.is_signed)
     code = hn::Or(code, hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80)));
   return code;
+}
+
+// The lost-v guard (docs/fp8_state.md) in the FP8 format, where v is s * s (never -0): v = m * m
+// where v is 0. The same as "where v is 0 and m is not": for m = +-0, m * m is +0, which v is.
+template <class V>
+HWY_INLINE V GuardLostVOfSquare(V m, V v) {
+  return hn::IfThenElse(hn::Eq(v, hn::Zero(hn::DFromV<V>())), hn::Mul(m, m), v);
+}
+
+// value(code) * scale for the N codes at p (N = Lanes(df)), as Mul(Fp8Value<F>(the codes), scale)
+// bit for bit (E4M3's NaN codes give NaN: not the same NaN bits, which no result depends on: a NaN
+// m makes its block or row non-finite, and the guard refuses it). scale256: scale * 256, where
+// fp8_scale_folds(scale) (the caller decodes other blocks another way). On F16C targets through
+// float16 (above): E4M3 code s.eeee.fff -> float16 bits s.0eeee.fff0000000, UE4M4 eeee.ffff ->
+// 0eeee.ffff000000; the value of those bits is the code's value / 256, subnormals included; times
+// scale * 256 (exact) it is value * scale with the reference's one rounding.
+template <const Fp8Format &F, class DF>
+HWY_INLINE hn::Vec<DF> Fp8Decode(DF df, const uint8_t *p, [[maybe_unused]] hn::Vec<DF> scale,
+                                 [[maybe_unused]] hn::Vec<DF> scale256) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::Rebind<int8_t, DF> di8;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::RebindToSigned<decltype(d16)> di16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  hn::Vec<decltype(d16)> h;
+  if constexpr (F.is_signed) {
+    // The code sign-extended to 16 bits, << 7: the sign in bits 15 and 14 (cleared), the
+    // magnitude in 7..13.
+    const auto w = hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const int8_t *>(p)));
+    h = hn::BitCast(d16, hn::And(hn::ShiftLeft<7>(w), hn::Set(di16, static_cast<int16_t>(0xbfff))));
+    // 0x7f and 0xff (-1 sign-extended, or 0x7f) to float16's quiet NaN.
+    const auto nan = hn::RebindMask(
+        d16, hn::Eq(hn::Or(w, hn::Set(di16, int16_t{-128})), hn::Set(di16, int16_t{-1})));
+    h = hn::IfThenElse(nan, hn::Set(d16, uint16_t{0x7e00}), h);
+  } else {
+    h = hn::ShiftLeft<6>(hn::PromoteTo(d16, hn::LoadU(d8, p)));
+  }
+  return hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), scale256);
+#else
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint8_t, DF> d8;
+  return hn::Mul(Fp8Value<F>(df, di, hn::PromoteTo(di, hn::LoadU(d8, p))), scale);
+#endif
+}
+
+// Stores codes (int32 lanes, 0..255, as Fp8Code makes them) as bytes at p: a truncation, which
+// equals the saturating DemoteTo for such lanes and takes fewer instructions.
+template <class D8, class DI>
+HWY_INLINE void StoreFp8Codes(D8 d8, DI di, hn::Vec<DI> code, uint8_t *p) {
+  const hn::RebindToUnsigned<DI> du;
+  (void)di;
+  hn::StoreU(hn::TruncateTo(d8, hn::BitCast(du, code)), d8, p);
 }
 
 }  // namespace fusekit::HWY_NAMESPACE

@@ -92,6 +92,62 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   const auto magnitude = hn::Set(di, 0x7fffffff);
   const auto var_limit = hn::Set(di, static_cast<int32_t>(adam_stored_finite_limit<T>()));
   int64_t skipped = 0;
+  // FP8 rows of one block (D <= 256): a row's var and codes are stored after the next row's update,
+  // from buffers of its own (two sets, taken in turn), so that the next row's square roots and
+  // divisions run beside this row's coding instead of the row's own chain of update, maxima,
+  // scales and codes running alone (at D = 32 that chain, not the operations, set the time).
+  const bool defer = kFp8 && a.blocks == 1;
+  HWY_ALIGN float defer_m[2][kFp8 ? kLaqBlock : 1];
+  HWY_ALIGN float defer_v[2][kFp8 ? kLaqBlock : 1];
+  HWY_ALIGN float defer_w[2][kFp8 ? kLaqBlock : 1];
+  int cur = 0;
+  struct Pending {
+    T *var = nullptr;
+    uint8_t *mc = nullptr, *vc = nullptr;
+    Fp8BlockScale sm{}, sv{};
+    int buf = 0;
+  } pending;
+  // The FP8 store of block [lo, lo + len) of a row whose guard held, its scales sm, sv already
+  // stored: var and the codes, from the buffers bm, bv, bw (indexed by column).
+  auto store_fp8 = [&](const float *bm, const float *bv, const float *bw, int64_t lo, int64_t len,
+                       T *var, uint8_t *mc, uint8_t *vc, const Fp8BlockScale &sm,
+                       const Fp8BlockScale &sv) HWY_ATTR {
+    const int64_t vec_len = len / N * N;
+    const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
+    if (sm.inv != 0.0f && sv.inv != 0.0f) {  // the usual block: no test per vector
+      for (int64_t j = lo; j < lo + vec_len; j += N) {
+        StoreNarrow(df, hn::LoadU(df, bw + j), var + j);
+        StoreFp8Codes(d8, di, Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, bm + j), inv_m)),
+                      mc + j);
+        StoreFp8Codes(d8, di, Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, bv + j), inv_v)),
+                      vc + j);
+      }
+    } else {
+      const auto zero_code = hn::Zero(di);
+      for (int64_t j = lo; j < lo + vec_len; j += N) {
+        StoreNarrow(df, hn::LoadU(df, bw + j), var + j);
+        const auto cm = sm.inv == 0.0f
+                            ? zero_code
+                            : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, bm + j), inv_m));
+        const auto cv = sv.inv == 0.0f
+                            ? zero_code
+                            : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, bv + j), inv_v));
+        StoreFp8Codes(d8, di, cm, mc + j);
+        StoreFp8Codes(d8, di, cv, vc + j);
+      }
+    }
+    for (int64_t j = lo + vec_len; j < lo + len; ++j) {
+      var[j] = from_float<T>(bw[j]);
+      mc[j] = fp8_block_code<kE4M3>(bm[j], sm);
+      vc[j] = fp8_block_code<kUE4M4>(bv[j], sv);
+    }
+  };
+  auto store_pending = [&] {
+    const int pb = pending.buf;
+    store_fp8(defer_m[pb], defer_v[pb], defer_w[pb], 0, D, pending.var, pending.mc, pending.vc,
+              pending.sm, pending.sv);
+    pending.var = nullptr;
+  };
   int64_t k = begin;
   while (k < end) {
     if (k + ahead < end) {
@@ -127,6 +183,14 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
     }
     k = next;
     const auto [var, mc, vc, absmax_m, absmax_v] = laq_row<T>(a, static_cast<int64_t>(row));
+    float *bm = s.m, *bv = s.v, *bw = s.w;  // the row's new m, v (FP8: sqrt(v)) and var
+    if constexpr (kFp8) {
+      if (defer) {
+        bm = defer_m[cur];
+        bv = defer_v[cur];
+        bw = defer_w[cur];
+      }
+    }
 
     // (1) Per block: dequantize, update into the scratch, the maxima; nothing is stored yet.
     bool row_ok = true;
@@ -135,24 +199,30 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       const int64_t vec_len = len / N * N;
       const float scale_m = absmax_m[b], scale_v = absmax_v[b];
       const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+      // FP8: the decode's folded scales (Fp8Decode); a block whose scale does not fold (above
+      // 1e36) runs the update one element at a time.
+      const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
+      const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+      const int64_t upd_len =
+          kFp8 && !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ? 0 : vec_len;
       auto acc_m = zero, acc_v = zero;
       auto acc_w = hn::Zero(di);
-      for (int64_t j = lo; j < lo + vec_len; j += N) {
-        const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
-        const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
+      for (int64_t j = lo; j < lo + upd_len; j += N) {
         const auto gj = LoadGrad(df, g + j);
         hn::Vec<decltype(df)> m_old, v_old;
         if constexpr (kFp8) {
-          m_old = hn::Mul(Fp8Value<kE4M3>(df, di, mcode), vscale_m);
-          const auto s_old = hn::Mul(Fp8Value<kUE4M4>(df, di, vcode), vscale_v);
-          v_old = hn::Mul(s_old, s_old);
+          m_old = Fp8Decode<kE4M3>(df, mc + j, vscale_m, vscale256_m);
+          const auto s_old = Fp8Decode<kUE4M4>(df, vc + j, vscale_v, vscale256_v);
+          v_old = GuardLostVOfSquare(m_old, hn::Mul(s_old, s_old));  // (always on in FP8)
         } else {
+          const auto mcode = hn::PromoteTo(di, hn::LoadU(d8, mc + j));
+          const auto vcode = hn::PromoteTo(di, hn::LoadU(d8, vc + j));
           m_old = hn::Mul(hn::GatherIndex(df, a.map_m.q, mcode), vscale_m);
           v_old = hn::Mul(hn::GatherIndex(df, a.map_v.q, vcode), vscale_v);
-        }
-        if (a.guard_lost_v) {
-          v_old = hn::IfThenElse(hn::AndNot(hn::Eq(m_old, zero), hn::Eq(v_old, zero)),
-                                 hn::Mul(m_old, m_old), v_old);
+          if (a.guard_lost_v) {
+            v_old = hn::IfThenElse(hn::AndNot(hn::Eq(m_old, zero), hn::Eq(v_old, zero)),
+                                   hn::Mul(m_old, m_old), v_old);
+          }
         }
         const auto m = hn::Add(hn::Mul(m_old, b1), hn::Mul(gj, omb1));
         const auto v = hn::Abs(hn::Add(hn::Mul(v_old, b2), hn::Mul(hn::Mul(gj, gj), omb2)));
@@ -160,21 +230,21 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         const auto w =
             hn::Add(LoadWide(df, var + j), hn::Div(hn::Mul(m, neg_lr), hn::Add(sv, eps)));
         const auto kept_v = kFp8 ? sv : v;
-        hn::StoreU(m, df, s.m + j);
-        hn::StoreU(kept_v, df, s.v + j);
-        hn::StoreU(w, df, s.w + j);
+        hn::StoreU(m, df, bm + j);
+        hn::StoreU(kept_v, df, bv + j);
+        hn::StoreU(w, df, bw + j);
         acc_m = hn::Max(hn::Abs(m), acc_m);
         acc_v = hn::Max(kept_v, acc_v);
         acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
       }
       float max_m = 0.0f, max_v = 0.0f;
       bool var_ok = true;
-      if (vec_len > 0) {
+      if (upd_len > 0) {
         max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
         max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
         var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
       }
-      for (int64_t j = lo + vec_len; j < lo + len; ++j) {
+      for (int64_t j = lo + upd_len; j < lo + len; ++j) {
         const float gj = g[j];
         float m_old, v_old;
         if constexpr (kFp8) {
@@ -191,19 +261,33 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         const float sv = std::sqrt(v);
         const float w = to_float(var[j]) + (m * a.neg_lr) / (sv + a.epsilon);
         var_ok = var_ok && adam_produced_finite<T>(m, v, w);
-        s.m[j] = m;
-        s.v[j] = kFp8 ? sv : v;
-        s.w[j] = w;
+        bm[j] = m;
+        bv[j] = kFp8 ? sv : v;
+        bw[j] = w;
         max_m = std::max(max_m, std::fabs(m));
-        max_v = std::max(max_v, s.v[j]);
+        max_v = std::max(max_v, bv[j]);
       }
       s.max_m[b] = max_m;
       s.max_v[b] = max_v;
       row_ok = row_ok && GuardedBlock(var_ok, max_m, max_v);
     }
+    // The previous row's var and codes, now that this row's update is under way.
+    if (kFp8 && pending.var != nullptr) store_pending();
     // (2) The guard: the whole row, or nothing.
     if (!row_ok) {
       ++skipped;
+      continue;
+    }
+    if (kFp8 && defer) {  // the scales now, var and the codes after the next row's update
+      pending.sm = fp8_block_scale<kE4M3>(s.max_m[0] + 0.0f);
+      pending.sv = fp8_block_scale<kUE4M4>(s.max_v[0] + 0.0f);
+      absmax_m[0] = pending.sm.scale;
+      absmax_v[0] = pending.sv.scale;
+      pending.var = var;
+      pending.mc = mc;
+      pending.vc = vc;
+      pending.buf = cur;
+      cur ^= 1;
       continue;
     }
     // (3) Per block: var, absmax, the codes.
@@ -216,24 +300,7 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_v);
         absmax_m[b] = sm.scale;
         absmax_v[b] = sv.scale;
-        const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
-        const auto zero_code = hn::Zero(di);
-        for (int64_t j = lo; j < lo + vec_len; j += N) {
-          StoreNarrow(df, hn::LoadU(df, s.w + j), var + j);
-          const auto cm = sm.inv == 0.0f
-                              ? zero_code
-                              : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, s.m + j), inv_m));
-          const auto cv = sv.inv == 0.0f
-                              ? zero_code
-                              : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s.v + j), inv_v));
-          hn::StoreU(hn::DemoteTo(d8, cm), d8, mc + j);
-          hn::StoreU(hn::DemoteTo(d8, cv), d8, vc + j);
-        }
-        for (int64_t j = lo + vec_len; j < lo + len; ++j) {
-          var[j] = from_float<T>(s.w[j]);
-          mc[j] = fp8_block_code<kE4M3>(s.m[j], sm);
-          vc[j] = fp8_block_code<kUE4M4>(s.v[j], sv);
-        }
+        store_fp8(bm, bv, bw, lo, len, var, mc, vc, sm, sv);
         continue;
       }
       absmax_m[b] = max_m;
@@ -257,6 +324,7 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       }
     }
   }
+  if (kFp8 && pending.var != nullptr) store_pending();
   return skipped;
 }
 

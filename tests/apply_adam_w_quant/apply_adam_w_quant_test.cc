@@ -1746,6 +1746,18 @@ State make_fp8_state(uint64_t salt, DType t, size_t n) {
     s.m[i] = static_cast<uint8_t>(i < 8 ? i : 0x7e | (i & 1) << 7);
     s.v[i] = static_cast<uint8_t>(i < 8 ? i : 0xff);
   }
+  // Scales that the SIMD decode cannot fold with its 256 (fp8_scale_folds: a finite scale above
+  // FLT_MAX / 256), over codes +-0: 0 * scale is +-0, where a folded scale (Inf) would give NaN.
+  // Block 5's m scale 2e36 (m codes 0x00 and 0x80), block 6's v scale FLT_MAX (v codes 0: then the
+  // lost-v guard).
+  if (blocks > 6) {
+    s.absmax_m[5] = 2e36f;
+    for (size_t i = 5 * 256; i < std::min<size_t>(n, 6 * 256); ++i) {
+      s.m[i] = static_cast<uint8_t>((i & 1) << 7);
+    }
+    for (size_t i = 6 * 256; i < std::min<size_t>(n, 7 * 256); ++i) s.v[i] = 0;
+    s.absmax_v[6] = std::numeric_limits<float>::max();
+  }
   return s;
 }
 

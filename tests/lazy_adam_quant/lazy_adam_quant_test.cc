@@ -184,6 +184,18 @@ Case make_case(uint64_t salt, Shape sh, DType t = DType::kFloat32, DType gt = DT
       c.m[c.at(6, j)] = static_cast<uint8_t>(0x7e | (j & 1) << 7);  // +-448
     }
     if (c.rows > 7 && c.blocks > 0) c.am[c.bat(7, 0)] = 0x1p-100f;  // m dequantized ~2^-92
+    // Scales that the SIMD decode cannot fold with its 256 (fp8_scale_folds: a finite scale above
+    // FLT_MAX / 256), over codes +-0: 0 * scale is +-0, where a folded scale (Inf) would give NaN.
+    // Row 8's m scale 2e36 (m codes 0x00 and 0x80), row 9's v scale FLT_MAX (v codes 0: then the
+    // lost-v guard).
+    if (c.rows > 9 && c.blocks > 0) {
+      c.am[c.bat(8, 0)] = 2e36f;
+      for (int64_t j = 0; j < std::min<int64_t>(c.dim, 256); ++j) {
+        c.m[c.at(8, j)] = static_cast<uint8_t>((j & 1) << 7);
+        c.v[c.at(9, j)] = 0;
+      }
+      c.av[c.bat(9, 0)] = std::numeric_limits<float>::max();
+    }
   }
   std::tie(c.qm, c.qv) = maps_of(maps);
   std::uniform_int_distribution<int64_t> row_dist(0, std::max<int64_t>(c.rows - 1, 0));
