@@ -3,10 +3,8 @@ ZeRO-Offload) on 64M and 512M float32 parameters: fusekit.torch.AdamW and AdamW8
 torch.optim.AdamW (fused, foreach) and DeepSpeedCPUAdam, on plain tensors and one-rank DTensors,
 with GB/s against a streaming yardstick measured in the same run (the section's ceiling).
 
-Beside them the 8-bit step in both state formats (docs/fp8_state.md) through the array function
-fusekit.apply_adam_w_quant on the parameter's own tensors ("dynamic_map", with the lost-v guard on
-as the torch faces have it, and "fp8": fusekit.torch.AdamW8bit does not take state_format yet), and
-torchao's AdamWFp8 on the CPU where it runs (issue #33's peers)."""
+AdamW8bit runs in both state formats (docs/fp8_state.md): "dynamic_map" (its default, with the
+lost-v guard) and "fp8", beside torchao's AdamWFp8 on the CPU where it runs (issue #33's peers)."""
 from __future__ import annotations
 
 import os
@@ -48,35 +46,6 @@ def _deepspeed_cpu_adam() -> Tuple[Any, str]:
     except Exception as e:  # noqa: BLE001
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
 
-
-class _ArrayStep:
-    """An 8-bit AdamW step through the array function ``fusekit.apply_adam_w_quant`` on a
-    parameter's own tensors, with its state (codes, absmax or scales) held here: ``step()`` as an
-    optimizer's. ``state_format``: "dynamic_map" (the maps; the lost-v guard on, as fusekit.torch
-    has it) or "fp8" (no maps; docs/fp8_state.md)."""
-
-    def __init__(self, p: Any, state_format: str, hp: Dict[str, Any]):
-        import torch
-        from fusekit.torch import zeros_hugepage  # the state on huge pages, as AdamW8bit keeps it
-        n = p.numel()
-        blocks = fusekit.quant_blocks(n)
-        self.p, self.fmt, self.hp = p, state_format, hp
-        self.m = zeros_hugepage((n,), torch.uint8)
-        self.v = zeros_hugepage((n,), torch.uint8)
-        self.am, self.av = zeros_hugepage((blocks,)), zeros_hugepage((blocks,))
-        fp8 = state_format == "fp8"
-        self.qm = None if fp8 else torch.from_numpy(fusekit.create_dynamic_map(True))
-        self.qv = None if fp8 else torch.from_numpy(fusekit.create_dynamic_map(False))
-        self.k = 0
-
-    def step(self) -> None:
-        hp = self.hp
-        fusekit.apply_adam_w_quant(
-            self.p.data, self.p.grad, self.m, self.v, self.qm, self.qv, self.am, self.av,
-            step=self.k, lr=hp["lr"], beta1=hp["betas"][0], beta2=hp["betas"][1], eps=hp["eps"],
-            weight_decay=hp["weight_decay"], state_format=self.fmt,
-            guard_lost_v=self.fmt == "dynamic_map")
-        self.k += 1
 
     def state_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.m, self.v, self.am, self.av))
@@ -132,10 +101,9 @@ def bench_offload(rec: Recorder, cfg: Config) -> None:
             except Exception as e:  # noqa: BLE001
                 rec.skip(sec, case, label, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
                 return None
-            sb = opt.state_bytes() if isinstance(opt, _ArrayStep) else None
             return Impl(label, opt.step, metrics=lambda t: {
                 "GB/s": bytes_moved / t / 1e9, "of a+=s*b": bytes_moved / t / 1e9 / stream,
-                "state B/param": (sb if sb is not None else state_bytes(opt)) / n_el})
+                "state B/param": state_bytes(opt) / n_el})
 
         fk: Optional[Impl] = None
         if AdamW is not None:
@@ -154,17 +122,13 @@ def bench_offload(rec: Recorder, cfg: Config) -> None:
         else:
             rec.skip(sec, case, "DeepSpeedCPUAdam", f"deepspeed not usable here ({why_ds}); run "
                      "in the environment of requirements/deepspeed.txt")
-        if AdamW8bit is not None:
+        if AdamW8bit is not None:  # both state formats; then torchao's FP8 AdamW on the CPU
             peers.append(("fusekit.torch.AdamW8bit", lambda ps: AdamW8bit(ps, **hp), bytes_8,
                           (p,)))
+            peers.append(("fusekit.torch.AdamW8bit (fp8)",
+                          lambda ps: AdamW8bit(ps, state_format="fp8", **hp), bytes_8, (p,)))
         else:
             rec.skip(sec, case, "fusekit.torch.AdamW8bit", why_8)
-        # The 8-bit step in both state formats through the array function (fusekit.torch.AdamW8bit
-        # does not take state_format yet), and torchao's FP8 AdamW where it runs on the CPU.
-        peers.append(("fusekit.apply_adam_w_quant (dynamic map)",
-                      lambda ps: _ArrayStep(ps[0], "dynamic_map", hp), bytes_8, (p,)))
-        peers.append(("fusekit.apply_adam_w_quant (fp8)",
-                      lambda ps: _ArrayStep(ps[0], "fp8", hp), bytes_8, (p,)))
         ao_label = "torchao AdamWFp8 (CPU, compiled)"
         if cfg.quick:
             rec.skip(sec, case, ao_label, "skipped in --quick (torch.compile takes seconds)")
@@ -224,12 +188,11 @@ def bench_offload(rec: Recorder, cfg: Config) -> None:
                     min_speedup=1.0, target="no slower (8-bit vs float32)")
         rec.compare(res.get("fusekit.torch.AdamW (DTensor)"), base, min_speedup=1 / 1.05,
                     target="DTensor within 1.05x of plain")
-        fp8 = res.get("fusekit.apply_adam_w_quant (fp8)")  # issue #33's targets
+        fp8 = res.get("fusekit.torch.AdamW8bit (fp8)")  # issue #33's targets
         rec.compare(fp8, res.get("DeepSpeedCPUAdam"), min_speedup=1.0,
                     target="no slower (FP8 vs float32)")
-        rec.compare(fp8, res.get("fusekit.apply_adam_w_quant (dynamic map)"), min_speedup=1.6,
+        rec.compare(fp8, res.get("fusekit.torch.AdamW8bit"), min_speedup=1.6,
                     target=">= 1.6x (FP8 vs dynamic map)")
-        rec.compare(fp8, res.get("fusekit.torch.AdamW8bit"))
         rec.compare(fp8, res.get("torch.optim.AdamW(fused)"))
         rec.compare(fp8, base)
         rec.compare(fp8, res.get(ao_label))
