@@ -76,15 +76,18 @@ void SumGradient(const LazyAdamQuantRowsArgs &a, int64_t k, int64_t next, float 
 }
 
 // kFp8: the FP8 state format (docs/fp8_state.md): codes decoded and made by bit arithmetic, the
-// scratch keeps m and sqrt(v). Else the dynamic maps (gathers and searches).
-template <typename T, typename G, bool kFp8>
+// scratch keeps m and sqrt(v). Else the dynamic maps (gathers and searches). kDim: D when known at
+// compile time (RowsOf: FP8 rows of 32 columns), else 0 (a.dim): the loops over a
+// row's vectors then have a fixed count, unrolled, without the tails.
+template <typename T, typename G, bool kFp8, int64_t kDim = 0>
 int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch_mem) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   const LaqScratch s = laq_scratch(scratch_mem, a.dim);
-  const int64_t D = a.dim, ahead = a.prefetch_ahead;
+  const int64_t D = kDim != 0 ? kDim : a.dim, ahead = a.prefetch_ahead;
+  const int64_t blocks = kDim != 0 ? (kDim + kLaqBlock - 1) / kLaqBlock : a.blocks;
   const auto zero = hn::Zero(df);
   const auto b1 = hn::Set(df, a.beta1), b2 = hn::Set(df, a.beta2);
   const auto omb1 = hn::Set(df, a.one_minus_beta1), omb2 = hn::Set(df, a.one_minus_beta2);
@@ -96,7 +99,7 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   // from buffers of its own (two sets, taken in turn), so that the next row's square roots and
   // divisions run beside this row's coding instead of the row's own chain of update, maxima,
   // scales and codes running alone (at D = 32 that chain, not the operations, set the time).
-  const bool defer = kFp8 && a.blocks == 1;
+  const bool defer = kFp8 && blocks == 1;
   HWY_ALIGN float defer_m[2][kFp8 ? kLaqBlock : 1];
   HWY_ALIGN float defer_v[2][kFp8 ? kLaqBlock : 1];
   HWY_ALIGN float defer_w[2][kFp8 ? kLaqBlock : 1];
@@ -160,8 +163,8 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
         PrefetchBytes(t.var, D * static_cast<int64_t>(sizeof(T)));
         PrefetchBytes(t.m, D);
         PrefetchBytes(t.v, D);
-        PrefetchBytes(t.absmax_m, a.blocks * 4);
-        PrefetchBytes(t.absmax_v, a.blocks * 4);
+        PrefetchBytes(t.absmax_m, blocks * 4);
+        PrefetchBytes(t.absmax_v, blocks * 4);
       }
     }
     const uint64_t row = a.entries[k] >> 32;
@@ -194,7 +197,7 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
 
     // (1) Per block: dequantize, update into the scratch, the maxima; nothing is stored yet.
     bool row_ok = true;
-    for (int64_t b = 0; b < a.blocks; ++b) {
+    for (int64_t b = 0; b < blocks; ++b) {
       const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
       const int64_t vec_len = len / N * N;
       const float scale_m = absmax_m[b], scale_v = absmax_v[b];
@@ -291,7 +294,7 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       continue;
     }
     // (3) Per block: var, absmax, the codes.
-    for (int64_t b = 0; b < a.blocks; ++b) {
+    for (int64_t b = 0; b < blocks; ++b) {
       const int64_t lo = b * kLaqBlock, len = std::min(kLaqBlock, D - lo);
       const int64_t vec_len = len / N * N;
       const float max_m = s.max_m[b] + 0.0f, max_v = s.max_v[b] + 0.0f;
@@ -328,11 +331,20 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
   return skipped;
 }
 
+// FP8 rows of 32 columns (the seed shape's; two vectors of AVX-512, where the row's chain of
+// update, maxima, scales and codes, not its operations, sets the time) take kernels compiled for
+// that D; other lengths and the dynamic maps the general one.
 template <bool kFp8>
 int64_t RowsOf(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *scratch) {
   return with_float_type(a.dtype, [&]<class T>() {  // the gradient float32, or var's dtype
-    return a.grad_dtype == DType::kFloat32 ? Rows<T, float, kFp8>(a, begin, end, scratch)
-                                           : Rows<T, T, kFp8>(a, begin, end, scratch);
+    auto rows = [&]<class G>() {
+      if constexpr (kFp8) {
+        if (a.dim == 32) return Rows<T, G, true, 32>(a, begin, end, scratch);
+      }
+      return Rows<T, G, kFp8>(a, begin, end, scratch);
+    };
+    return a.grad_dtype == DType::kFloat32 ? rows.template operator()<float>()
+                                           : rows.template operator()<T>();
   });
 }
 
