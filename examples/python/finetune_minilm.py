@@ -40,6 +40,7 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any, Callable, List, Tuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -368,7 +369,7 @@ def main():
     eval_set = encode(*make_sentences(np.random.default_rng(args.eval_seed), 384))
 
     kw = dict(lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay)
-    optimizers = []
+    optimizers: List[Tuple[str, Callable[..., Any]]] = []
     skipped = {}
     for key in OPTIMIZERS:  # in this order, whatever the order of --optimizers
         name = OPTIMIZERS[key]

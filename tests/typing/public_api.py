@@ -85,6 +85,7 @@ TORCH_NAMES = {
     "Adam": fusekit.torch.Adam,
     "AdamW8bit": fusekit.torch.AdamW8bit,
     "Adam8bit": fusekit.torch.Adam8bit,
+    "FusedEmbeddingBag": fusekit.torch.FusedEmbeddingBag,
     "add_lora": fusekit.torch.add_lora,
     "add_lora_": fusekit.torch.add_lora_,
     "MultiLoRALinear": fusekit.torch.MultiLoRALinear,

@@ -71,6 +71,11 @@ class FusedEmbeddingBag(nn.Module):
     (:func:`fusekit.torch.empty_hugepage`), which the random row access needs to run at speed.
     """
 
+    # The buffers (registered in __init__), typed for the checkers.
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    step: torch.Tensor
+
     def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "sum",
                  lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  include_last_offset: bool = False, _weight: Optional[torch.Tensor] = None,
