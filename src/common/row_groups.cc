@@ -156,4 +156,31 @@ void row_groups_group(int64_t rows, char *base, const RowGroupsLayout &w, int th
   timer.stage("group");
 }
 
+Status check_float_row_table(const char *op, const TensorView &t, const char *name) {
+  if (t.dtype != DType::kFloat32) {
+    return Status::Invalid(
+        str_cat(op, ": ", name, " has dtype ", dtype_name(t.dtype), "; only float32 is supported"));
+  }
+  if (t.ndim != 2) {
+    return Status::Invalid(str_cat(op, ": ", name, " must be 2-D, got shape ", t.shape_string()));
+  }
+  if (!t.inner_contiguous()) {
+    return Status::Invalid(str_cat(op, ": ", name,
+                                   " must have a contiguous last dimension, got strides [",
+                                   t.strides[0], ", ", t.strides[1], "]"));
+  }
+  if (t.shape[0] < 0 || t.shape[1] < 0) {
+    return Status::Invalid(
+        str_cat(op, ": ", name, " has a negative size in shape ", t.shape_string()));
+  }
+  if (t.strides[0] < 0) {
+    return Status::Invalid(str_cat(op, ": ", name, " has a negative row stride ", t.strides[0]));
+  }
+  if (row_table_span_overflows(t)) {  // (a one-row table may have any row stride)
+    return Status::Invalid(
+        str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace fusekit

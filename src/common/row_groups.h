@@ -121,6 +121,11 @@ inline bool row_table_span_overflows(const TensorView &t) {
          __builtin_add_overflow(span, t.shape[1], &span) || __builtin_mul_overflow(span, es, &span);
 }
 
+// A float32 2-D table of rows (LazyAdam's var, m, v and gradient; EmbeddingBagLazyAdam's table and
+// grad_output), named `name` in `op`'s messages: float32, 2-D, a contiguous last dimension,
+// sizes and row stride >= 0, a span that fits 64 bits.
+Status check_float_row_table(const char *op, const TensorView &t, const char *name);
+
 // Tests only: plans made after this use the duplicate bitmap up to `bytes` (default 64 MiB, or 8
 // bytes per index if more); a negative value disables it, so every batch is grouped by sorting.
 void set_row_groups_bitmap_limit_for_testing(int64_t bytes);

@@ -21,34 +21,6 @@ constexpr const char *kOp = "EmbeddingBagLazyAdam";
 // a uint32).
 constexpr int64_t kMaxBatch = int64_t{std::numeric_limits<uint32_t>::max()};
 
-// A 2-D float32 tensor with a contiguous last dimension (a table, or grad_output).
-Status check_float_rows(const TensorView &t, const char *name) {
-  if (t.dtype != DType::kFloat32) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t.dtype),
-                                   "; only float32 is supported"));
-  }
-  if (t.ndim != 2) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be 2-D, got shape ", t.shape_string()));
-  }
-  if (!t.inner_contiguous()) {
-    return Status::Invalid(str_cat(kOp, ": ", name,
-                                   " must have a contiguous last dimension, got strides [",
-                                   t.strides[0], ", ", t.strides[1], "]"));
-  }
-  if (t.shape[0] < 0 || t.shape[1] < 0) {
-    return Status::Invalid(
-        str_cat(kOp, ": ", name, " has a negative size in shape ", t.shape_string()));
-  }
-  if (t.strides[0] < 0) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
-  }
-  if (row_table_span_overflows(t)) {
-    return Status::Invalid(
-        str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
-  }
-  return Status::Ok();
-}
-
 // A 1-D batch tensor (indices, offsets, per_sample_weights) of one of the dtypes named.
 Status check_vector(const TensorView &t, const char *name, std::initializer_list<DType> dtypes,
                     const char *dtypes_text) {
@@ -68,7 +40,7 @@ Status check_vector(const TensorView &t, const char *name, std::initializer_list
 // relations between the batch tensors, strides that can be walked.
 Status check_batch(const EmbeddingBagLazyAdamTensors &t, bool weighted) {
   const int64_t b = t.grad_output.shape[0], l = t.indices.shape[0];
-  FUSEKIT_RETURN_IF_ERROR(check_float_rows(t.grad_output, "grad_output"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, t.grad_output, "grad_output"));
   if (l < 0 || t.offsets.shape[0] < 0) {
     return Status::Invalid(str_cat(kOp, ": indices ", t.indices.shape_string(), " or offsets ",
                                    t.offsets.shape_string(), " has a negative size"));
@@ -112,7 +84,7 @@ Status EmbeddingBagLazyAdamProblem::make(const EmbeddingBagLazyAdamTensors &t,
                                          const EmbeddingBagLazyAdamOptions &options,
                                          EmbeddingBagLazyAdamProblem *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  FUSEKIT_RETURN_IF_ERROR(check_float_rows(t.grad_output, "grad_output"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, t.grad_output, "grad_output"));
   FUSEKIT_RETURN_IF_ERROR(
       check_vector(t.indices, "indices", {DType::kInt32, DType::kInt64}, "int32 or int64"));
   FUSEKIT_RETURN_IF_ERROR(
@@ -123,7 +95,7 @@ Status EmbeddingBagLazyAdamProblem::make(const EmbeddingBagLazyAdamTensors &t,
         check_vector(t.per_sample_weights, "per_sample_weights", {DType::kFloat32}, "float32"));
   }
   for (const auto &[x, name] : {std::pair{&t.m, "m"}, {&t.v, "v"}, {&t.var, "var"}}) {
-    FUSEKIT_RETURN_IF_ERROR(check_float_rows(*x, name));
+    FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, *x, name));
     // The tables are written: two of their rows must not share elements.
     if (x->shape[0] > 1 && x->shape[1] > 0 && x->strides[0] < x->shape[1]) {
       return Status::Invalid(str_cat(kOp, ": ", name, " has row stride ", x->strides[0], " < ",

@@ -22,43 +22,16 @@ namespace {
 
 constexpr const char *kOp = "LazyAdam";
 
-Status check_float_table(const TensorView &t, const char *name) {
-  if (t.dtype != DType::kFloat32) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t.dtype),
-                                   "; only float32 is supported"));
-  }
-  if (t.ndim != 2) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be 2-D, got shape ", t.shape_string()));
-  }
-  if (!t.inner_contiguous()) {
-    return Status::Invalid(str_cat(kOp, ": ", name,
-                                   " must have a contiguous last dimension, got strides [",
-                                   t.strides[0], ", ", t.strides[1], "]"));
-  }
-  if (t.shape[0] < 0 || t.shape[1] < 0) {
-    return Status::Invalid(
-        str_cat(kOp, ": ", name, " has a negative size in shape ", t.shape_string()));
-  }
-  if (t.strides[0] < 0) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
-  }
-  if (row_table_span_overflows(t)) {  // (a one-row table may have any row stride)
-    return Status::Invalid(
-        str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status LazyAdamProblem::make(const LazyAdamTensors &t, const LazyAdamOptions &options,
                              LazyAdamProblem *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
   const TensorView &gradient = t.gradient, &indices = t.indices, &m = t.m, &v = t.v, &var = t.var;
-  FUSEKIT_RETURN_IF_ERROR(check_float_table(gradient, "gradient"));
-  FUSEKIT_RETURN_IF_ERROR(check_float_table(m, "inputM"));
-  FUSEKIT_RETURN_IF_ERROR(check_float_table(v, "inputV"));
-  FUSEKIT_RETURN_IF_ERROR(check_float_table(var, "inputVar"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, gradient, "gradient"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, m, "inputM"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, v, "inputV"));
+  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, var, "inputVar"));
   // The tables are written: two of their rows must not share elements.
   for (const auto &[x, name] :
        {std::pair{&m, "inputM"}, std::pair{&v, "inputV"}, std::pair{&var, "inputVar"}}) {
