@@ -113,7 +113,7 @@ Status row_groups_check(const char *op, const TensorView &indices, int64_t rows,
 }
 
 void row_groups_group(int64_t rows, char *base, const RowGroupsLayout &w, int threads,
-                      RowEntries *e, StageTimer &timer) {
+                      RowEntries *e, StageTimer &timer, GroupOrder order) {
   if (!e->duplicates) {
     timer.stage("group(none)");
     return;
@@ -128,6 +128,12 @@ void row_groups_group(int64_t rows, char *base, const RowGroupsLayout &w, int th
   const uint64_t *sorted = radix_sort_u64(entries, entries_tmp, n, 32,
                                           bits_for(static_cast<uint64_t>(rows)), hist, threads);
   const int64_t end = n - padding;
+  if (order == GroupOrder::kRow) {
+    e->entries = sorted;
+    e->end = end;
+    timer.stage("group");
+    return;
+  }
   // lead[p] = size of the group whose first occurrence is position p, then its output offset.
   auto *lead = reinterpret_cast<uint32_t *>(base + w.lead);
   uint64_t *out = sorted == entries ? entries_tmp : entries;

@@ -5,8 +5,8 @@
 //           that tells whether any row is named twice;
 //   group   only when some row is named twice: a stable radix sort of the entries by row, so that
 //           the occurrences of a row become neighbours in order of occurrence (summed, applied
-//           once), then the groups put back in batch order, each at the position of its first
-//           occurrence, padding last (outside [0, end));
+//           once), then (GroupOrder::kBatch) the groups put back in batch order, each at the
+//           position of its first occurrence, padding last (outside [0, end));
 //   update  the grouped entries cut into chunks at row boundaries (each chunk owns whole rows),
 //           claimed by the threads (update_row_chunks).
 // Without duplicates the entries stay in batch order, padding among them (the kernels skip row R):
@@ -52,10 +52,16 @@ struct RowEntries {
 Status row_groups_check(const char *op, const TensorView &indices, int64_t rows, char *workspace,
                         const RowGroupsLayout &layout, int threads, RowEntries *out,
                         StageTimer &timer);
+// The order of the groups after the group stage: kBatch, each row's group at the position of its
+// first occurrence (the sparse-row optimizers, whose gradient rows are as many as the entries:
+// read in batch order, sequentially); kRow, ascending row (EmbeddingBagLazyAdam, whose gradient
+// rows, the bags', are few and stay in cache: the table is walked in address order instead).
+// Within a group the occurrences are in batch order either way.
+enum class GroupOrder { kBatch, kRow };
 // The group stage: when out->duplicates, sorts and regroups the entries (out->entries and end
 // change; the stage "group"); else nothing ("group(none)").
 void row_groups_group(int64_t rows, char *workspace, const RowGroupsLayout &layout, int threads,
-                      RowEntries *inout, StageTimer &timer);
+                      RowEntries *inout, StageTimer &timer, GroupOrder order = GroupOrder::kBatch);
 
 // The update stage: chunks of about a quarter of a thread's share of entries, cut at row
 // boundaries, claimed by the threads; fn(begin, end, scratch) runs the row kernel over

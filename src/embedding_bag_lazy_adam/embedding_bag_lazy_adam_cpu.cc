@@ -154,14 +154,26 @@ Status embedding_bag_lazy_adam_cpu_run(EmbeddingBagLazyAdamRowsFn kernel, int64_
   // Rows of no columns: the batch was checked, there is nothing to update.
   if (p.d == 0) return Status::Ok();
 
-  // ---- group: only when some row is named twice ----
-  row_groups_group(rows, base, w.groups, threads, &e, timer);
+  // Unweighted, a lookup's bag is all the kernel needs of it: the entries carry the bag instead of
+  // the lookup (no bag_of[i] read per lookup in the update, where the lookups come in row order).
+  const bool entries_hold_bags = !p.weighted;
+  if (entries_hold_bags) {
+    auto *entries = const_cast<uint64_t *>(e.entries);  // the workspace's, written by check
+    parallel_for(lookups, threads, int64_t{1} << 14, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        entries[i] = (entries[i] & ~uint64_t{0xffffffffu}) | bag_of[i];
+    });
+  }
+
+  // ---- group: only when some row is named twice; in row order (the table walked by address,
+  // the bags' gradient rows read from cache) ----
+  row_groups_group(rows, base, w.groups, threads, &e, timer, GroupOrder::kRow);
 
   // ---- update ----
   EmbeddingBagLazyAdamRowsArgs args;
   args.grad_output = t.grad_output.as<const float>();
   args.grad_stride = t.grad_output.strides[0];
-  args.bag_of = bag_of;
+  args.bag_of = entries_hold_bags ? nullptr : bag_of;
   args.bag_scale = mean ? bag_scale : nullptr;
   args.weights = p.weighted ? t.per_sample_weights.as<const float>() : nullptr;
   args.weight_stride = p.weighted ? t.per_sample_weights.strides[0] : 0;

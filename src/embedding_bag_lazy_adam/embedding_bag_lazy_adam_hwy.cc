@@ -32,7 +32,7 @@ int64_t EmbeddingBagLazyAdamRows(const EmbeddingBagLazyAdamRowsArgs &a, int64_t 
   // The grad_output row of lookup i and its coefficient c_i = s_b * w_i.
   const auto source = [&](uint64_t entry, float *coef) {
     const auto i = static_cast<int64_t>(entry & 0xffffffffu);
-    const uint32_t b = a.bag_of[i];
+    const auto b = a.bag_of != nullptr ? a.bag_of[i] : static_cast<uint32_t>(i);
     const float s = a.bag_scale != nullptr ? a.bag_scale[b] : 1.0f;
     *coef = a.weights != nullptr ? s * a.weights[i * a.weight_stride] : s;
     return a.grad_output + static_cast<int64_t>(b) * a.grad_stride;
@@ -43,7 +43,9 @@ int64_t EmbeddingBagLazyAdamRows(const EmbeddingBagLazyAdamRowsArgs &a, int64_t 
     if (k + ahead < end) {
       const uint64_t e = a.entries[k + ahead];
       const auto r = static_cast<int64_t>(e >> 32);
-      PrefetchRow(a.grad_output + static_cast<int64_t>(a.bag_of[e & 0xffffffffu]) * a.grad_stride,
+      const uint32_t low = e & 0xffffffffu;
+      PrefetchRow(a.grad_output + static_cast<int64_t>(a.bag_of != nullptr ? a.bag_of[low] : low) *
+                                      a.grad_stride,
                   D);
       PrefetchRow(a.m + r * a.m_stride, D);
       PrefetchRow(a.v + r * a.v_stride, D);

@@ -19,7 +19,7 @@ int64_t embedding_bag_lazy_adam_rows_reference(const EmbeddingBagLazyAdamRowsArg
     bool first = true;
     for (; k < end && (a.entries[k] >> 32) == row; ++k) {
       const auto i = static_cast<int64_t>(a.entries[k] & 0xffffffffu);
-      const uint32_t b = a.bag_of[i];
+      const auto b = a.bag_of != nullptr ? a.bag_of[i] : static_cast<uint32_t>(i);
       const float *go = a.grad_output + static_cast<int64_t>(b) * a.grad_stride;
       const float s = a.bag_scale != nullptr ? a.bag_scale[b] : 1.0f;
       const float c = a.weights != nullptr ? s * a.weights[i * a.weight_stride] : s;
