@@ -25,7 +25,7 @@ inline size_t radix_sort_scratch_bytes(int threads) {
 // or tmp). The output does not depend on `threads`.
 // Threads are used only from `min_parallel` keys on (see radix_sort.cc for why).
 uint64_t *radix_sort_u64(uint64_t *keys, uint64_t *tmp, int64_t n, int shift, int bits,
-                         uint64_t *hist, int threads, int64_t min_parallel = int64_t{1} << 22);
+                         uint64_t *hist, int threads, int64_t min_parallel = int64_t{1} << 16);
 
 // The number of bits needed to represent values in [0, max_value].
 inline int bits_for(uint64_t max_value) {
