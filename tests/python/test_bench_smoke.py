@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 bench = pytest.importorskip("fusekit.bench")
 
-SECTIONS = ("lazy_adam", "adam8bit", "lora", "overhead")
+SECTIONS = ("lazy_adam", "embedding_bag", "adam8bit", "lora", "overhead")
 
 
 def _has(mod):
@@ -44,6 +44,7 @@ def test_quick_runs_every_section(quick_report):
     impls = {r["impl"] for r in report["results"]}
     assert {"torch.optim.SparseAdam", "torch.optim.AdamW(fused)", "fusekit.lazy_adam (4 KiB pages)",
             "fusekit.apply_adam_w_quant", "vLLM torch bgmv (gather+einsum)",
+            "fusekit.torch.FusedEmbeddingBag",
             "torch x.add_(1), 1 element"} <= impls
 
 

@@ -1,6 +1,7 @@
 """fusekit against the peers a PyTorch user would pick, in one run, on the C++ benchmarks' shapes.
 
-    python -m fusekit.bench [--quick] [--only lazy_adam,adam8bit,offload,lora,overhead,omp]
+    python -m fusekit.bench [--quick] [--only lazy_adam,embedding_bag,adam8bit,offload,lora,
+                                                  overhead,omp]
                             [--repeats N] [--plot PATH] [--json PATH] [--no-plot]
                             [--omp-wait-policy inherit|passive|active|unset] [--threads N]
                             [--offload-sizes 64,512]
@@ -13,6 +14,10 @@ Sections (``--only`` picks some; all by default, ``omp`` not in ``--quick``):
   ``fusekit.torch.SparseAdam`` (which gives the table huge pages in place), the raw
   :func:`fusekit.lazy_adam` on torch's 4 KiB-page tensors and on huge pages, and torch's fused
   dense Adam over the whole table with a dense gradient.
+- ``embedding_bag``: one training step (forward, backward, optimizer) of a 1,000,000 x 32 table on
+  8192 bags of 1-4 and of 40-60 ids (multi-hot): ``fusekit.torch.FusedEmbeddingBag`` (the Adam
+  step fused into the backward) against ``nn.EmbeddingBag(sparse=True)`` with
+  ``fusekit.torch.SparseAdam`` and with ``torch.optim.SparseAdam``.
 - ``adam8bit``: one AdamW step on 64M float32 parameters: ``torch.optim.AdamW`` (foreach, fused),
   bitsandbytes' and torchao's ``AdamW8bit`` on the CPU (skipped, with the reason, where they do
   not run), ``fusekit.torch.AdamW8bit`` and the raw :func:`fusekit.apply_adam_w_quant`.
@@ -44,7 +49,8 @@ chart (default docs/python_bench.png when run from the checkout, else ./python_b
 
 The package's modules, by concern: ``results`` (what a run records, its configuration),
 ``timing`` (medians after a warm-up, interleaved rounds), ``machine`` (the report's "meta" and
-shared helpers), one module per section (``lazy``, ``adam8bit``, ``offload``, ``lora``,
+shared helpers), one module per section (``lazy``, ``embedding_bag``, ``adam8bit``, ``offload``,
+``lora``,
 ``overhead``, ``omp``), ``report`` (table and chart) and ``cli`` (the command line;
 ``__main__`` runs it).
 """
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 from .adam8bit import bench_adam8bit
 from .cli import main, run
+from .embedding_bag import bench_embedding_bag
 from .lazy import bench_lazy_adam
 from .lora import (Groups, bench_lora, grouped_bmm, sgmv_matmul, vllm_add_lora, vllm_bgmv_expand,
                    vllm_bgmv_shrink)
@@ -66,7 +73,8 @@ from .timing import Impl, measure, measure_interleaved, run_case
 
 __all__ = [
     "SECTIONS", "Comparison", "Config", "Groups", "Impl", "Recorder", "Result", "Skip",
-    "bench_adam8bit", "bench_lazy_adam", "bench_lora", "bench_offload", "bench_omp",
+    "bench_adam8bit", "bench_embedding_bag", "bench_lazy_adam", "bench_lora", "bench_offload",
+    "bench_omp",
     "bench_overhead", "default_plot_path", "grouped_bmm", "machine_info", "main",
     "markdown_table", "measure", "measure_interleaved", "omp_probe", "plot", "print_table", "run",
     "run_case", "sgmv_matmul", "state_bytes", "vllm_add_lora", "vllm_bgmv_expand",

@@ -14,6 +14,7 @@ import fusekit
 
 from . import report as _report
 from .adam8bit import bench_adam8bit
+from .embedding_bag import bench_embedding_bag
 from .lazy import bench_lazy_adam
 from .lora import bench_lora
 from .machine import machine_info
@@ -84,7 +85,8 @@ def _run(args: argparse.Namespace, argv: Optional[List[str]], torch: Any) -> Dic
     meta["sections"] = {}
     t0 = time.perf_counter()
     fns: Dict[str, Callable[[Recorder, Config], None]] = {
-        "lazy_adam": bench_lazy_adam, "adam8bit": bench_adam8bit, "offload": bench_offload,
+        "lazy_adam": bench_lazy_adam, "embedding_bag": bench_embedding_bag,
+        "adam8bit": bench_adam8bit, "offload": bench_offload,
         "lora": bench_lora, "overhead": bench_overhead, "omp": bench_omp}
     with torch.no_grad():
         for s in SECTIONS:
