@@ -1,7 +1,7 @@
 """fusekit against the peers a PyTorch user would pick, in one run, on the C++ benchmarks' shapes.
 
-    python -m fusekit.bench [--quick] [--only lazy_adam,embedding_bag,adam8bit,offload,lora,
-                                                  overhead,omp]
+    python -m fusekit.bench [--quick] [--only lazy_adam,embedding_bag,torchrec,adam8bit,offload,
+                                                  lora,overhead,omp]
                             [--repeats N] [--plot PATH] [--json PATH] [--no-plot]
                             [--omp-wait-policy inherit|passive|active|unset] [--threads N]
                             [--offload-sizes 64,512]
@@ -18,6 +18,11 @@ Sections (``--only`` picks some; all by default, ``omp`` not in ``--quick``):
   8192 bags of 1-4 and of 40-60 ids (multi-hot): ``fusekit.torch.FusedEmbeddingBag`` (the Adam
   step fused into the backward) against ``nn.EmbeddingBag(sparse=True)`` with
   ``fusekit.torch.SparseAdam`` and with ``torch.optim.SparseAdam``.
+- ``torchrec`` (in the environment of requirements/torchrec.txt; skipped where TorchRec is not
+  importable): one training step of a TorchRec EmbeddingBagCollection (one 1,000,000 x 32 table,
+  8192 bags of 1-4 and of 40-60 ids) under DistributedModelParallel on the CPU: fusekit's lazy
+  Adam through ``fusekit.torchrec.sharders()`` against FBGEMM's CPU TBE rowwise Adagrad and the
+  DENSE kernel with ``torch.optim.Adam``.
 - ``adam8bit``: one AdamW step on 64M float32 parameters: ``torch.optim.AdamW`` (foreach, fused),
   bitsandbytes' and torchao's ``AdamW8bit`` on the CPU (skipped, with the reason, where they do
   not run), ``fusekit.torch.AdamW8bit`` and the raw :func:`fusekit.apply_adam_w_quant`.
@@ -49,10 +54,9 @@ chart (default docs/python_bench.png when run from the checkout, else ./python_b
 
 The package's modules, by concern: ``results`` (what a run records, its configuration),
 ``timing`` (medians after a warm-up, interleaved rounds), ``machine`` (the report's "meta" and
-shared helpers), one module per section (``lazy``, ``embedding_bag``, ``adam8bit``, ``offload``,
-``lora``,
-``overhead``, ``omp``), ``report`` (table and chart) and ``cli`` (the command line;
-``__main__`` runs it).
+shared helpers), one module per section (``lazy``, ``embedding_bag``, ``torchrec_ebc``,
+``adam8bit``, ``offload``, ``lora``, ``overhead``, ``omp``), ``report`` (table and chart) and
+``cli`` (the command line; ``__main__`` runs it).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from .lora import (Groups, bench_lora, grouped_bmm, sgmv_matmul, vllm_add_lora, 
 from .machine import machine_info, state_bytes
 from .offload import bench_offload
 from .omp import bench_omp, omp_probe
+from .torchrec_ebc import bench_torchrec
 from .overhead import bench_overhead
 from .report import default_plot_path, markdown_table, plot, print_table
 from .results import SECTIONS, Comparison, Config, Recorder, Result, Skip
@@ -74,7 +79,7 @@ from .timing import Impl, measure, measure_interleaved, run_case
 __all__ = [
     "SECTIONS", "Comparison", "Config", "Groups", "Impl", "Recorder", "Result", "Skip",
     "bench_adam8bit", "bench_embedding_bag", "bench_lazy_adam", "bench_lora", "bench_offload",
-    "bench_omp",
+    "bench_omp", "bench_torchrec",
     "bench_overhead", "default_plot_path", "grouped_bmm", "machine_info", "main",
     "markdown_table", "measure", "measure_interleaved", "omp_probe", "plot", "print_table", "run",
     "run_case", "sgmv_matmul", "state_bytes", "vllm_add_lora", "vllm_bgmv_expand",

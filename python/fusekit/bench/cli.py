@@ -20,6 +20,7 @@ from .lora import bench_lora
 from .machine import machine_info
 from .offload import bench_offload
 from .omp import bench_omp, omp_probe
+from .torchrec_ebc import bench_torchrec
 from .overhead import bench_overhead
 from .report import _matplotlib_missing, markdown_table, plot, print_table
 from .results import SECTIONS, Comparison, Config, Recorder, Result, Skip
@@ -86,7 +87,7 @@ def _run(args: argparse.Namespace, argv: Optional[List[str]], torch: Any) -> Dic
     t0 = time.perf_counter()
     fns: Dict[str, Callable[[Recorder, Config], None]] = {
         "lazy_adam": bench_lazy_adam, "embedding_bag": bench_embedding_bag,
-        "adam8bit": bench_adam8bit, "offload": bench_offload,
+        "torchrec": bench_torchrec, "adam8bit": bench_adam8bit, "offload": bench_offload,
         "lora": bench_lora, "overhead": bench_overhead, "omp": bench_omp}
     with torch.no_grad():
         for s in SECTIONS:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-SECTIONS: Tuple[str, ...] = ("lazy_adam", "embedding_bag", "adam8bit", "offload", "lora", "overhead",
-                              "omp")
+SECTIONS: Tuple[str, ...] = ("lazy_adam", "embedding_bag", "torchrec", "adam8bit", "offload",
+                              "lora", "overhead", "omp")
 
 
 @dataclass
