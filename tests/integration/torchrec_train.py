@@ -226,6 +226,10 @@ def local_shards(dmp):
             out[("weight", table, tuple(s.metadata.shard_offsets))] = s.tensor
     osd = dmp.fused_optimizer.state_dict()
     for pkey, states in osd["state"].items():
+        table = pkey.split(".")[-2]
+        assert pkey == f"ebc.embedding_bags.{table}.weight", pkey
+        # the names TorchRec gives FBGEMM's TBE Adam state
+        assert sorted(states) == [f"{table}.exp_avg_sq", f"{table}.momentum1"], states.keys()
         for skey, st in states.items():
             table, kind = skey.split(".")
             assert type(st).__name__ in ("ShardedTensor", "DTensor"), (skey, type(st))
