@@ -124,3 +124,86 @@ def test_dcp_resume_bitwise_and_into_row_wise(tmp_path):
     ended = _full(_load_dumps(tmp_path / "rw"))
     for key, t in _full(straight).items():
         torch.testing.assert_close(ended[key], t, rtol=1e-5, atol=1e-6, msg=str(key))
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_tbe_forward_and_weight_gradient_against_torch(pooling):
+    """FusedAdamTBE alone (what TorchRec calls the kernel's ``emb_module``): two tables, three
+    features (the first table looked up by two), weighted bags: the pooled output against
+    F.embedding_bag in float64, the gradient of the per-sample weights against autograd's, and
+    one step against a float64 Adam (the table shared by two features: one step on the sum of
+    both features' gradients)."""
+    import numpy as np
+    from fusekit.torchrec import FusedAdamTBE
+
+    g = np.random.RandomState(5)
+    rows, dims, ftm, bags = [30, 20], [8, 4], [0, 1, 0], 5
+    tbe = FusedAdamTBE(rows, dims, ftm, pooling, ["a", "b"], learning_rate=0.05, beta1=0.8,
+                       beta2=0.99, eps=1e-3, hugepages=False)
+    tables = [torch.from_numpy(g.uniform(-1, 1, size=(r, d)).astype(np.float32))
+              for r, d in zip(rows, dims)]
+    for w, t in zip(tbe.split_embedding_weights(), tables):
+        w.copy_(t)
+    lengths = g.randint(0, 4, size=len(ftm) * bags)
+    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
+    ids = torch.from_numpy(np.concatenate([g.randint(0, rows[ftm[i // bags]] - 3, size=n)
+                                           for i, n in enumerate(lengths)]).astype(np.int64))
+    psw = torch.from_numpy(g.uniform(0.5, 1.5, size=ids.numel()).astype(np.float32))
+    psw.requires_grad_(True)
+    out = tbe(ids, offsets, psw)
+    G = torch.from_numpy(g.normal(size=tuple(out.shape)).astype(np.float32))
+    # The reference: float64 pooling with the weights, its autograd for the weights' gradient.
+    psw64 = psw.detach().double().requires_grad_(True)
+    outs, col, grads = [], 0, [torch.zeros(r, d, dtype=torch.float64) for r, d in zip(rows, dims)]
+    for f, t in enumerate(ftm):
+        lo, hi = int(offsets[f * bags]), int(offsets[(f + 1) * bags])
+        off = offsets[f * bags:(f + 1) * bags + 1] - lo
+        y = torch.nn.functional.embedding_bag(ids[lo:hi], tables[t].double(), off, mode="sum",
+                                              per_sample_weights=psw64[lo:hi],
+                                              include_last_offset=True)
+        n = (off[1:] - off[:-1]).double()
+        scale = 1 / n.clamp(min=1) if pooling == "mean" else torch.ones_like(n)
+        outs.append(y * scale[:, None])
+        gf = G[:, col:col + dims[t]].double() * scale[:, None]
+        for b in range(bags):
+            for i in range(int(off[b]), int(off[b + 1])):
+                grads[t][ids[lo + i]] += gf[b] * psw64[lo + i].detach()
+        col += dims[t]
+    ref_out = torch.cat(outs, 1)
+    torch.testing.assert_close(out.double().detach(), ref_out, rtol=1e-5, atol=1e-6)
+    (ref_out * G.double()).sum().backward()
+    (out * G).sum().backward()
+    torch.testing.assert_close(psw.grad.double(), psw64.grad, rtol=1e-5, atol=1e-6)
+    assert tbe.get_optimizer_step() == 1
+    for t in range(2):
+        touched = torch.zeros(rows[t], dtype=torch.bool)
+        for f, tt in enumerate(ftm):
+            if tt == t:
+                touched[ids[int(offsets[f * bags]):int(offsets[(f + 1) * bags])]] = True
+        gr = grads[t][touched]
+        m = 0.2 * gr
+        v = 0.01 * gr * gr
+        want = tables[t].double().clone()
+        want[touched] -= 0.05 * (m / 0.2) / ((v / 0.01).sqrt() + 1e-3)
+        got = tbe.split_embedding_weights()[t]
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+        assert torch.equal(got[~touched], tables[t][~touched])
+        m_got, v_got = tbe.split_optimizer_states()[t]
+        torch.testing.assert_close(m_got[touched].double(), m, rtol=1e-5, atol=1e-7)
+
+
+def test_unsupported_settings_are_refused_by_name():
+    from fusekit.torchrec._kernel import adam_hyperparameters
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    with pytest.raises(ValueError, match="no optimizer"):
+        adam_hyperparameters({}, ["t"])
+    with pytest.raises(ValueError, match="LAMB is not supported.*EmbOptimType.ADAM"):
+        adam_hyperparameters({"optimizer": EmbOptimType.LAMB}, ["t"])
+    with pytest.raises(ValueError, match="amsgrad"):
+        adam_hyperparameters({"optimizer": EmbOptimType.ADAM, "amsgrad": True}, ["t"])
+    with pytest.raises(ValueError, match="'max_norm' is not supported"):
+        adam_hyperparameters({"optimizer": EmbOptimType.ADAM, "max_norm": 1.0}, ["t"])
+    got = adam_hyperparameters({"optimizer": EmbOptimType.ADAM, "learning_rate": 0.5,
+                                "betas": (0.7, 0.9), "eps": 0.1, "cache_precision": None}, ["t"])
+    assert got == {"learning_rate": 0.5, "beta1": 0.7, "beta2": 0.9, "eps": 0.1}
