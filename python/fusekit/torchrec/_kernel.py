@@ -307,7 +307,7 @@ class FusedAdamTBE(nn.Module):
             outs.append(y)
         if not outs:
             return torch.empty(b, 0, dtype=torch.float32)
-        return torch.cat(outs, dim=1)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
     def _grad_per_sample_weights(self, grad_output: torch.Tensor, indices: torch.Tensor,
                                  offsets: torch.Tensor) -> torch.Tensor:
