@@ -41,9 +41,9 @@ def test_one_process_plans_against_float64_adam(tmp_path):
     the sharder's fused_params with an LR scheduler on model.fused_optimizer."""
     out = tmp_path / "plans.txt"
     ranks(SCRIPT, "plans", out, "tw", "tw:weighted", "rw:weighted", "tw:fused_params,sched",
-          world=1)
+          "tw:dynamic_map", "tw:weighted,fp8", world=1)
     done = out.read_text().splitlines()
-    assert len(done) == 4, done
+    assert len(done) == 6, done
     assert all("'fused'" in line for line in done), done
 
 
@@ -53,7 +53,8 @@ def test_two_ranks_every_plan_against_float64_adam(tmp_path):
     row-wise mean, table-wise), weighted and not, the planner's own plan."""
     out = tmp_path / "plans.txt"
     specs = ["tw", "rw", "rw:weighted", "cw:weighted", "twrw", "mixed", "mixed:weighted",
-             "planner_rw", "planner", "mixed:fused_params,sched"]
+             "planner_rw", "planner", "mixed:fused_params,sched", "rw:dynamic_map",
+             "cw:weighted,fp8", "mixed:weighted,sharder_fp8"]
     ranks(SCRIPT, "plans", out, *specs)
     done = out.read_text().splitlines()
     assert [line.split()[0] for line in done] == specs, done
@@ -80,29 +81,34 @@ def _full(dumps):
     for d in dumps:
         for key, t in d.items():
             kind, table, off = key.split("|")
-            r0, c0 = eval(off)  # a tuple of two ints, written by torchrec_train.py
-            parts.setdefault((kind, table), []).append((r0, c0, t))
+            offsets = eval(off)  # a tuple of one or two ints, written by torchrec_train.py
+            r0, c0 = (offsets[0], 0) if len(offsets) == 1 else offsets
+            parts.setdefault((kind, table), []).append((r0, c0, t if t.dim() == 2 else t[:, None]))
     out = {}
     for k, ps in parts.items():
         rows = max(r0 + t.shape[0] for r0, _, t in ps)
         cols = max(c0 + t.shape[1] for _, c0, t in ps)
-        full = torch.full((rows, cols), float("nan"))
+        full = torch.zeros((rows, cols), dtype=ps[0][2].dtype)
+        seen = torch.zeros((rows, cols), dtype=torch.bool)
         for r0, c0, t in ps:
             full[r0:r0 + t.shape[0], c0:c0 + t.shape[1]] = t
-        assert not full.isnan().any(), k
+            seen[r0:r0 + t.shape[0], c0:c0 + t.shape[1]] = True
+        assert seen.all(), k
         out[k] = full
     return out
 
 
-def test_dcp_resume_bitwise_and_into_row_wise(tmp_path):
+@pytest.mark.parametrize("state", ["fp32", "dynamic_map", "fp8"])
+def test_dcp_resume_bitwise_and_into_row_wise(tmp_path, state):
     """6 steps table-wise straight, against 3 steps, torch.distributed.checkpoint save (weights
     from model.state_dict(), momentum1 and exp_avg_sq from model.fused_optimizer.state_dict(),
     ShardedTensors), new processes, load, set_optimizer_step(3), 3 more steps: the same bits.
     The same checkpoint loaded into a row-wise plan: the loaded weights and moments equal the
     saved ones bit for bit, and its 3 more steps match the float64 reference."""
-    ranks(SCRIPT, "run", tmp_path / "straight", "tw", 6)
-    ranks(SCRIPT, "save", tmp_path / "ckpt", "tw", 3)
-    ranks(SCRIPT, "resume", tmp_path / "resumed", tmp_path / "ckpt", "tw", 3, 3)
+    tw, rw = ("tw", "rw") if state == "fp32" else (f"tw@{state}", f"rw@{state}")
+    ranks(SCRIPT, "run", tmp_path / "straight", tw, 6)
+    ranks(SCRIPT, "save", tmp_path / "ckpt", tw, 3)
+    ranks(SCRIPT, "resume", tmp_path / "resumed", tmp_path / "ckpt", tw, 3, 3)
     straight = _load_dumps(tmp_path / "straight")
     resumed = _load_dumps(tmp_path / "resumed")
     for a, b in zip(straight, resumed):
@@ -110,8 +116,10 @@ def test_dcp_resume_bitwise_and_into_row_wise(tmp_path):
         for key in a:
             assert torch.equal(a[key], b[key]), key
     saved = _full(_load_dumps(tmp_path / "ckpt" / "saved"))
-    assert {k for k, _ in saved} == {"weight", "momentum1", "exp_avg_sq"}
-    ranks(SCRIPT, "resume", tmp_path / "rw", tmp_path / "ckpt", "rw", 3, 3)
+    extra = {"fp32": set(), "dynamic_map": {"exp_avg_absmax", "exp_avg_sq_absmax"},
+             "fp8": {"exp_avg_scale", "exp_avg_sq_scale"}}[state]
+    assert {k for k, _ in saved} == {"weight", "momentum1", "exp_avg_sq"} | extra
+    ranks(SCRIPT, "resume", tmp_path / "rw", tmp_path / "ckpt", rw, 3, 3)
     loaded = _full(_load_dumps(tmp_path / "rw.loaded"))
     assert loaded.keys() == saved.keys()
     for key in saved:
@@ -121,9 +129,10 @@ def test_dcp_resume_bitwise_and_into_row_wise(tmp_path):
         assert {key.split("|")[1] for key in d} == {"t_sum", "t_mean", "t_big"}
     # And the row-wise run's end against the table-wise run's: the same steps, other shardings
     # (the check against the float64 reference ran in the ranks).
-    ended = _full(_load_dumps(tmp_path / "rw"))
-    for key, t in _full(straight).items():
-        torch.testing.assert_close(ended[key], t, rtol=1e-5, atol=1e-6, msg=str(key))
+    if state == "fp32":
+        ended = _full(_load_dumps(tmp_path / "rw"))
+        for key, t in _full(straight).items():
+            torch.testing.assert_close(ended[key], t, rtol=1e-5, atol=1e-6, msg=str(key))
 
 
 @pytest.mark.parametrize("pooling", ["sum", "mean"])

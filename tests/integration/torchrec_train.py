@@ -4,13 +4,15 @@ written here (FBGEMM's TBE Adam: one iteration counter per table group, bias cor
 1 - beta**t, eps added to sqrt(v_hat)).
 
   torchrec_train.py plans OUT PLAN[:weighted] ...   every plan trained and checked in turn
-  torchrec_train.py run OUT PLAN STEPS [SCHED]      train, dump the local shards to OUT.<rank>
+  torchrec_train.py run OUT PLAN STEPS              train, dump the local shards to OUT.<rank>
   torchrec_train.py save CKPT PLAN STEPS            train, torch.distributed.checkpoint save
-  torchrec_train.py resume OUT CKPT PLAN STEPS0 STEPS [SCHED]
+  torchrec_train.py resume OUT CKPT PLAN STEPS0 STEPS
                                                     a fresh model in PLAN, DCP load,
                                                     set_optimizer_step(STEPS0), dump the loaded
                                                     state to OUT.loaded.<rank>, train STEPS more,
                                                     check against the reference, dump
+  (PLAN: a plan name, or "PLAN@dynamic_map" / "PLAN@fp8": fusekit.torch.SparseAdam8bit in
+  backward, 8-bit state)
   torchrec_train.py refuse                          the refusals (world size 1)
 
 Batches come from recorded seeds: every rank draws every rank's batch, so each rank computes the
@@ -100,14 +102,14 @@ def plan_of(name, model, kernel=None):
 
 
 class Model(nn.Module):
-    def __init__(self, weighted):
+    def __init__(self, weighted, device="meta"):
         super().__init__()
         self.ebc = torchrec.EmbeddingBagCollection(
             tables=[torchrec.EmbeddingBagConfig(
                 name=n, embedding_dim=d, num_embeddings=r, feature_names=fs,
                 pooling=torchrec.PoolingType.MEAN if p == "mean" else torchrec.PoolingType.SUM)
                 for n, r, d, p, fs in TABLES],
-            is_weighted=weighted, device=torch.device("meta"))
+            is_weighted=weighted, device=torch.device(device))
 
     def forward(self, kjt):
         return self.ebc(kjt)
@@ -193,15 +195,25 @@ class Reference:
 
 
 def build(plan_name, weighted, init_seed, via="in_backward"):
-    model = Model(weighted)
+    # fusekit.torch.SparseAdam8bit takes CPU parameters only (not meta ones)
+    model = Model(weighted, "cpu" if via in ("dynamic_map", "fp8") else "meta")
     if via == "in_backward":
         apply_optimizer_in_backward(torch.optim.Adam, model.ebc.parameters(),
                                     {"lr": LR, "betas": BETAS, "eps": EPS})
         sharders = ftr.sharders()
+    elif via in ("dynamic_map", "fp8"):  # 8-bit state: fusekit's own optimizer in backward
+        import fusekit.torch
+        apply_optimizer_in_backward(fusekit.torch.SparseAdam8bit, model.ebc.parameters(),
+                                    {"lr": LR, "betas": BETAS, "eps": EPS, "state_format": via})
+        sharders = ftr.sharders()
+    elif via == "sharder_fp8":  # 8-bit state for every table: the sharder's option
+        apply_optimizer_in_backward(torch.optim.Adam, model.ebc.parameters(),
+                                    {"lr": LR, "betas": BETAS, "eps": EPS})
+        sharders = ftr.sharders(state_format="fp8")
     else:  # the sharder's fused_params
         sharders = ftr.sharders(fused_params={"optimizer": EmbOptimType.ADAM, "learning_rate": LR,
                                               "beta1": BETAS[0], "beta2": BETAS[1], "eps": EPS})
-    plan = plan_of(plan_name, model, None if via == "in_backward" else "fused")
+    plan = plan_of(plan_name, model, "fused" if via == "fused_params" else None)
     dmp = DistributedModelParallel(module=model, device=torch.device("cpu"), plan=plan,
                                    sharders=sharders)
     if init_seed is not None:
@@ -217,7 +229,14 @@ def row_wise_tables(dmp):
             if ps.sharding_type in ("row_wise", "table_row_wise")}
 
 
-def local_shards(dmp):
+STATE_NAMES = {
+    None: ["exp_avg_sq", "momentum1"],
+    "dynamic_map": ["exp_avg_absmax", "exp_avg_sq", "exp_avg_sq_absmax", "momentum1"],
+    "fp8": ["exp_avg_scale", "exp_avg_sq", "exp_avg_sq_scale", "momentum1"],
+}
+
+
+def local_shards(dmp, state_format=None):
     """{(kind, table, offsets): tensor}: this rank's shards of the weights and the Adam state."""
     out = {}
     for key, st in dmp.state_dict().items():
@@ -229,7 +248,8 @@ def local_shards(dmp):
         table = pkey.split(".")[-2]
         assert pkey == f"ebc.embedding_bags.{table}.weight", pkey
         # the names TorchRec gives FBGEMM's TBE Adam state
-        assert sorted(states) == [f"{table}.exp_avg_sq", f"{table}.momentum1"], states.keys()
+        want = [f"{table}.{n}" for n in STATE_NAMES[state_format]]
+        assert sorted(states) == want, states.keys()
         for skey, st in states.items():
             table, kind = skey.split(".")
             assert type(st).__name__ in ("ShardedTensor", "DTensor"), (skey, type(st))
@@ -255,23 +275,44 @@ def train(dmp, steps, seed, weighted, ref=None, first_step=0, sched=None):
     return losses
 
 
-def check(dmp, ref, init, what):
-    """This rank's shards against the reference; untouched rows bit for bit their start."""
-    shards = local_shards(dmp)
-    kinds = {k[0] for k in shards}
-    assert {"weight", "momentum1", "exp_avg_sq"} <= kinds or not shards, kinds
+def check(dmp, ref, init, what, state_format=None):
+    """This rank's shards against the reference; untouched rows bit for bit their start. With
+    8-bit state the weights are checked against the float32-state reference within what 8-bit
+    moments allow (the largest and the mean difference), the state for its zeros."""
+    shards = local_shards(dmp, state_format)
     for (kind, table, off), t in shards.items():
-        r0, c0 = off
-        rr, cc = t.shape
-        want = {"weight": ref.w, "momentum1": ref.m, "exp_avg_sq": ref.v}[kind][table]
-        want = torch.from_numpy(want[r0:r0 + rr, c0:c0 + cc])
-        torch.testing.assert_close(t.double(), want, rtol=2e-5, atol=2e-6,
-                                   msg=lambda m: f"{what}: {kind} of {table} at {off}: {m}")
+        # A per-row state (8-bit absmax) of a column-wise table: TorchRec stacks the column
+        # shards' rows (shard i at rows i * R ..), each shard with its own values.
+        r0, c0 = off if len(off) == 2 else (off[0] % TABLE[table][1], 0)
+        rr = t.shape[0]
+        cc = t.shape[1] if t.dim() == 2 else 1
         untouched = ~ref.touched[table][r0:r0 + rr]  # the last rows of a table always are
+        if kind == "weight" or state_format is None:
+            want = {"weight": ref.w, "momentum1": ref.m, "exp_avg_sq": ref.v}[kind][table]
+            want = torch.from_numpy(want[r0:r0 + rr, c0:c0 + cc])
+            if state_format is None:
+                torch.testing.assert_close(
+                    t.double(), want, rtol=2e-5, atol=2e-6,
+                    msg=lambda m: f"{what}: {kind} of {table} at {off}: {m}")
+            else:  # within a small part of how far the reference moved the rows
+                diff = (t.double() - want).abs()
+                moved = (want - torch.from_numpy(init[table][r0:r0 + rr, c0:c0 + cc])).abs()
+                print(f"{what}: 8-bit {table} {off}: |diff| mean {float(diff.mean()):.2e} max "
+                      f"{float(diff.max()):.2e}; |move| mean {float(moved.mean()):.2e} max "
+                      f"{float(moved.max()):.2e}")
+                assert diff.mean() < 0.03 * moved.mean() and diff.max() < 0.1 * moved.max(), \
+                    (what, table, off, diff.max(), diff.mean(), moved.max(), moved.mean())
         start = init[table][r0:r0 + rr, c0:c0 + cc] if kind == "weight" else \
             np.zeros((rr, cc), np.float32)
+        if t.dim() == 1:
+            start = start[:, 0]
+        elif kind != "weight" and state_format is not None:
+            assert t.dtype == torch.uint8, (kind, t.dtype)
+            start = start.astype(np.uint8)
         assert torch.equal(t[torch.from_numpy(untouched)],
                            torch.from_numpy(start[untouched])), (what, kind, table, off)
+        if kind != "weight" and state_format is not None and t.dim() == 1:
+            assert (t[torch.from_numpy(~untouched)] > 0).all(), (what, kind, table)
     return shards
 
 
@@ -280,7 +321,13 @@ def run_plans(out, specs):
     for spec in specs:
         name, _, opts = spec.partition(":")
         weighted = "weighted" in opts
-        via = "fused_params" if "fused_params" in opts else "in_backward"
+        via = "in_backward"
+        for v in ("fused_params", "dynamic_map", "sharder_fp8", "fp8"):
+            if v in opts.split(","):
+                via = v
+                break
+        state_format = {"dynamic_map": "dynamic_map", "fp8": "fp8",
+                        "sharder_fp8": "fp8"}.get(via)
         seed = 7 + len(done)
         dmp = build(name, weighted, seed, via)
         init = initial_tables(seed)
@@ -289,13 +336,20 @@ def run_plans(out, specs):
         if "sched" in opts:
             sched = torch.optim.lr_scheduler.StepLR(dmp.fused_optimizer, step_size=1, gamma=0.7)
         train(dmp, 4, seed, weighted, ref, sched=sched)
-        check(dmp, ref, init, spec)
+        check(dmp, ref, init, spec, state_format)
         kinds = sorted({(ps.sharding_type, ps.compute_kernel)
                         for ps in dmp.plan.plan["ebc"].values()})
         done.append(f"{spec} {kinds}")
     if RANK == 0:
         with open(out, "w") as f:
             f.write("\n".join(done) + "\n")
+
+
+def plan_and_via(arg):
+    """"tw" or "tw@fp8": the plan, how the optimizer is given, the state format."""
+    plan, _, via = arg.partition("@")
+    via = via or "in_backward"
+    return plan, via, {"dynamic_map": "dynamic_map", "fp8": "fp8", "sharder_fp8": "fp8"}.get(via)
 
 
 def dump(path, shards):
@@ -310,35 +364,38 @@ def main():
         run_plans(sys.argv[2], sys.argv[3:])
     elif mode == "run":
         out, plan, steps = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        dmp = build(plan, False, seed)
+        plan, via, fmt = plan_and_via(plan)
+        dmp = build(plan, False, seed, via)
         ref = Reference(initial_tables(seed))
         train(dmp, steps, seed, False, ref)
-        dump(out, check(dmp, ref, initial_tables(seed), f"run {plan}"))
+        dump(out, check(dmp, ref, initial_tables(seed), f"run {plan}", fmt))
     elif mode == "save":
         ckpt, plan, steps = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        dmp = build(plan, False, seed)
+        plan, via, fmt = plan_and_via(plan)
+        dmp = build(plan, False, seed, via)
         train(dmp, steps, seed, False)
         import torch.distributed.checkpoint as dcp
         dcp.save({"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()},
                  checkpoint_id=ckpt)
-        dump(os.path.join(ckpt, "saved"), local_shards(dmp))
+        dump(os.path.join(ckpt, "saved"), local_shards(dmp, fmt))
     elif mode == "resume":
         out, ckpt, plan, steps0, steps = (sys.argv[2], sys.argv[3], sys.argv[4],
                                           int(sys.argv[5]), int(sys.argv[6]))
-        dmp = build(plan, False, 999)  # another start: everything must come from the checkpoint
+        plan, via, fmt = plan_and_via(plan)
+        dmp = build(plan, False, 999, via)  # another start: all must come from the checkpoint
         import torch.distributed.checkpoint as dcp
         state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
         dcp.load(state, checkpoint_id=ckpt)
         dmp.load_state_dict(state["model"])
         dmp.fused_optimizer.load_state_dict(state["optim"])
         dmp.fused_optimizer.set_optimizer_step(steps0)
-        dump(out + ".loaded", local_shards(dmp))
+        dump(out + ".loaded", local_shards(dmp, fmt))
         # The reference: the uninterrupted run from the same start.
         ref = Reference(initial_tables(seed))
         for s in range(steps0):
             ref.step([batch(seed, s, r, False) for r in range(WORLD)], LR, False)
         train(dmp, steps, seed, False, ref, first_step=steps0)
-        dump(out, check(dmp, ref, initial_tables(seed), f"resume into {plan}"))
+        dump(out, check(dmp, ref, initial_tables(seed), f"resume into {plan}", fmt))
     elif mode == "refuse":
         refusals()
     else:

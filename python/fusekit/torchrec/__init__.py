@@ -36,6 +36,8 @@ except ImportError as e:  # pragma: no cover - the message is what matters
         f"are in requirements/torchrec.txt and docs/torchrec.md. ({e})") from e
 
 from ._kernel import (  # noqa: E402
+    FUSED_PARAM_GUARD_LOST_V,
+    FUSED_PARAM_STATE_FORMAT,
     SUPPORTED_OPTIMIZERS,
     FusedAdamTBE,
     FusekitBatchedFusedEmbeddingBag,
@@ -53,4 +55,6 @@ __all__ = [
     "FusekitBatchedFusedEmbeddingBag",
     "FusedAdamTBE",
     "SUPPORTED_OPTIMIZERS",
+    "FUSED_PARAM_STATE_FORMAT",
+    "FUSED_PARAM_GUARD_LOST_V",
 ]

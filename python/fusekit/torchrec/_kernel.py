@@ -45,6 +45,12 @@ import fusekit
 
 _PREFIX = "fusekit.torchrec"
 
+#: fused_params keys of fusekit's own: the table's Adam state in 8 bits (LazyAdamQuant,
+#: docs/lazy_adam_quant.md) in this state format ("dynamic_map" or "fp8"; None: float32), and
+#: the lost-v guard of the dynamic-map format (default True, as fusekit.torch.SparseAdam8bit).
+FUSED_PARAM_STATE_FORMAT = "fusekit_state_format"
+FUSED_PARAM_GUARD_LOST_V = "fusekit_guard_lost_v"
+
 #: The optimizers fusekit's kernel runs (FBGEMM's ``EmbOptimType`` names).
 SUPPORTED_OPTIMIZERS: Tuple[str, ...] = ("ADAM",)
 
@@ -65,7 +71,7 @@ def _optimizer_name(optimizer: Any) -> str:
 
 
 def adam_hyperparameters(fused_params: Dict[str, Any], tables: Sequence[str]
-                         ) -> Dict[str, float]:
+                         ) -> Dict[str, Any]:
     """The Adam settings of a table group from TorchRec's fused_params (what
     ``apply_optimizer_in_backward(torch.optim.Adam, ..., kwargs)`` or the sharder's
     ``fused_params`` put there), FBGEMM's defaults for the rest; refuses what the kernel does not
@@ -83,9 +89,18 @@ def adam_hyperparameters(fused_params: Dict[str, Any], tables: Sequence[str]
             f"embedding kernel; supported: {', '.join('EmbOptimType.' + s for s in SUPPORTED_OPTIMIZERS)}"
             " (torch.optim.Adam or torchrec.optim.Adam in apply_optimizer_in_backward). For "
             "SGD, Adagrad, rowwise Adagrad on CPU use TorchRec's own sharders (FBGEMM's CPU TBE).")
-    out = {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+    out: Dict[str, Any] = {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     for key, value in fused_params.items():
         if key == "optimizer" or key in _IGNORED_KEYS:
+            continue
+        if key == FUSED_PARAM_STATE_FORMAT:
+            if value is not None and value not in fusekit.STATE_FORMATS:
+                raise ValueError(f"{where}: {key} = {value!r} must be None (float32 state) or "
+                                 f"one of {fusekit.STATE_FORMATS} (8-bit state)")
+            out["state_format"] = value
+            continue
+        if key == FUSED_PARAM_GUARD_LOST_V:
+            out["guard_lost_v"] = bool(value)
             continue
         if key in ("learning_rate", "lr"):
             out["learning_rate"] = float(value)
@@ -152,7 +167,8 @@ class FusedAdamTBE(nn.Module):
     def __init__(self, rows: Sequence[int], dims: Sequence[int], feature_table_map: Sequence[int],
                  pooling: str, table_names: Sequence[str], learning_rate: float = 0.01,
                  beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                 num_threads: int = 0, hugepages: bool = True) -> None:
+                 num_threads: int = 0, hugepages: bool = True,
+                 state_format: Optional[str] = None, guard_lost_v: bool = True) -> None:
         super().__init__()
         if pooling not in fusekit.POOLING_MODES:
             raise ValueError(f"{_PREFIX}: pooling {pooling!r} must be one of "
@@ -177,8 +193,28 @@ class FusedAdamTBE(nn.Module):
             alloc = lambda: torch.empty(total, dtype=torch.float32)  # noqa: E731
         # Plain attributes, not buffers: TorchRec's kernel presents them as ShardedTensors.
         self.weights_host = alloc()
-        self.momentum1_host = alloc().zero_()
-        self.momentum2_host = alloc().zero_()
+        self.state_format = state_format
+        self.guard_lost_v = bool(guard_lost_v)
+        if state_format is None:
+            self.momentum1_host = alloc().zero_()
+            self.momentum2_host = alloc().zero_()
+        else:
+            # 8-bit state (LazyAdamQuant): m and v as uint8 codes, one absmax (fp8: scale) per
+            # row and moment: a table up to 256 wide is one quantization block per row, so the
+            # per-row value is a row-wise state TorchRec shards like rowwise Adagrad's.
+            for name, d in zip(self.table_names, self.dims):
+                if d > fusekit.BLOCK_SIZE:
+                    raise ValueError(
+                        f"{_PREFIX}: table {name!r} is {d} wide: the 8-bit state takes tables up "
+                        f"to {fusekit.BLOCK_SIZE} wide (one quantization block per row; a "
+                        "column-wise plan splits a wider table)")
+            self.momentum1_host = torch.zeros(total, dtype=torch.uint8)
+            self.momentum2_host = torch.zeros(total, dtype=torch.uint8)
+            self.absmax1_host = torch.zeros(sum(self.rows), dtype=torch.float32)
+            self.absmax2_host = torch.zeros(sum(self.rows), dtype=torch.float32)
+            self._row_offsets = [sum(self.rows[:t]) for t in range(len(self.rows))]
+            if state_format == "dynamic_map":
+                self._qmaps = (fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False))
         self.register_buffer("iter", torch.zeros(1, dtype=torch.int64), persistent=False)
         self._placeholder = torch.zeros(0, requires_grad=True)
         self.feature_dims = [self.dims[t] for t in self.feature_table_map]
@@ -194,12 +230,33 @@ class FusedAdamTBE(nn.Module):
     def split_embedding_weights(self) -> List[torch.Tensor]:
         return [self._view(self.weights_host, t) for t in range(len(self.rows))]
 
+    def _absmax(self, flat: torch.Tensor, t: int) -> torch.Tensor:
+        o = self._row_offsets[t]
+        return flat[o:o + self.rows[t]]
+
     def split_optimizer_states(self) -> List[List[torch.Tensor]]:
-        return [[self._view(self.momentum1_host, t), self._view(self.momentum2_host, t)]
-                for t in range(len(self.rows))]
+        """Per table: m, v (float32 [rows, dim]; 8-bit: uint8 codes, then the absmax (fp8: the
+        scale) of m and of v, float32 [rows])."""
+        out = []
+        for t in range(len(self.rows)):
+            states = [self._view(self.momentum1_host, t), self._view(self.momentum2_host, t)]
+            if self.state_format is not None:
+                states += [self._absmax(self.absmax1_host, t), self._absmax(self.absmax2_host, t)]
+            out.append(states)
+        return out
 
     def get_optimizer_state(self) -> List[Dict[str, torch.Tensor]]:
-        return [{"exp_avg": m, "exp_avg_sq": v} for m, v in self.split_optimizer_states()]
+        keys = ["exp_avg", "exp_avg_sq"]
+        if self.state_format == "dynamic_map":
+            keys += ["exp_avg_absmax", "exp_avg_sq_absmax"]
+        elif self.state_format == "fp8":
+            keys += ["exp_avg_scale", "exp_avg_sq_scale"]
+        return [dict(zip(keys, states)) for states in self.split_optimizer_states()]
+
+    def state_bytes(self) -> int:
+        """Bytes of Adam state this group holds (moments and, 8-bit, the per-row absmax)."""
+        return sum(x.numel() * x.element_size() for states in self.split_optimizer_states()
+                   for x in states)
 
     def get_learning_rate(self) -> float:
         if self._lr_source is not None:
@@ -367,12 +424,40 @@ class FusedAdamTBE(nn.Module):
                     base += int(p[2][-1])
                 off = torch.cat(shifted)
                 w = None if psw is None else torch.cat([p[3] for p in parts])  # type: ignore
-            m, v = m_all[tab]
+            if self.state_format is not None:
+                stats.append(self._step_8bit(tab, var_all[tab], m_all[tab], g, ids, off, w, t,
+                                             lr, eps_t))
+                continue
+            m, v = m_all[tab][0], m_all[tab][1]
             stats.append(fusekit.embedding_bag_lazy_adam(
                 var_all[tab], g, ids, off, m, v, per_sample_weights=w, mode=self.pooling,
                 step=t - 1, lr=lr, beta1=beta1, beta2=beta2, eps=eps_t,
                 num_threads=self.num_threads))
         self.last_stats = stats
+
+    def _step_8bit(self, tab: int, var: torch.Tensor, states: List[torch.Tensor],
+                   g: torch.Tensor, ids: torch.Tensor, off: torch.Tensor,
+                   w: Optional[torch.Tensor], t: int, lr: float, eps_t: float) -> Any:
+        """The 8-bit step, not fused yet: the per-lookup gradient rows ``g[bag] * c`` (c the
+        weight, over the bag length for mean) made here, then LazyAdamQuant on them (duplicates
+        summed in order of occurrence, each row stepped once)."""
+        lengths = off[1:] - off[:-1]
+        bag_of = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+        c: Optional[torch.Tensor] = None
+        if self.pooling == "mean":
+            c = (1.0 / lengths.clamp(min=1).to(torch.float32))[bag_of]
+        if w is not None:
+            c = w if c is None else c * w
+        rows = g[bag_of]
+        if c is not None:
+            rows = rows * c[:, None]
+        m, v, a1, a2 = states
+        qm, qv = self._qmaps if self.state_format == "dynamic_map" else (None, None)
+        return fusekit.lazy_adam_quant(
+            var, rows.contiguous(), ids, m, v, qm, qv, a1.view(-1, 1), a2.view(-1, 1),
+            step=t - 1, lr=lr, beta1=self.beta1, beta2=self.beta2, eps=eps_t,
+            state_format=str(self.state_format), guard_lost_v=self.guard_lost_v,
+            num_threads=self.num_threads)
 
 
 class FusekitBatchedFusedEmbeddingBag(BaseBatchedEmbeddingBag, FusedOptimizerModule):

@@ -33,7 +33,13 @@ from torchrec.distributed.types import ParameterSharding, ShardingEnv, ShardingT
 from torchrec.modules.embedding_configs import PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from ._kernel import FusekitBatchedFusedEmbeddingBag
+from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+from ._kernel import (
+    FUSED_PARAM_GUARD_LOST_V,
+    FUSED_PARAM_STATE_FORMAT,
+    FusekitBatchedFusedEmbeddingBag,
+)
 
 _PREFIX = "fusekit.torchrec"
 
@@ -92,6 +98,35 @@ def _lookup_arguments(sharding: Any) -> Dict[str, Any]:
                 feature_processor=None, sharding_type=kind, env=sharding._env)
 
 
+def _fusekit_optimizer_kwargs(param: Any) -> Optional[Dict[str, Any]]:
+    """The fused_params of a parameter given fusekit.torch.SparseAdam8bit or SparseAdam by
+    apply_optimizer_in_backward, or None for any other optimizer (TorchRec's business)."""
+    from fusekit.torch import SparseAdam, SparseAdam8bit
+
+    classes = getattr(param, "_optimizer_classes", None)
+    if not classes or len(classes) != 1 or not isinstance(classes[0], type):
+        return None
+    cls = classes[0]
+    if not issubclass(cls, (SparseAdam, SparseAdam8bit)):
+        return None
+    given = dict((getattr(param, "_optimizer_kwargs", None) or [{}])[0])
+    betas = given.pop("betas", (0.9, 0.999))
+    out: Dict[str, Any] = {"optimizer": EmbOptimType.ADAM, "lr": given.pop("lr", 1e-3),
+                           "beta1": float(betas[0]), "beta2": float(betas[1]),
+                           "eps": given.pop("eps", 1e-8)}
+    if given.pop("maximize", False):
+        raise ValueError(f"{_PREFIX}: {cls.__name__}(maximize=True) is not supported")
+    if issubclass(cls, SparseAdam8bit):
+        out[FUSED_PARAM_STATE_FORMAT] = given.pop("state_format", "dynamic_map")
+        out[FUSED_PARAM_GUARD_LOST_V] = bool(given.pop("guard_lost_v", True))
+        given.pop("min_8bit_size", None)  # every table is stepped in 8 bits
+    given.pop("hugepages", None)  # the sharder's option
+    if given:
+        raise ValueError(f"{_PREFIX}: {cls.__name__} settings {sorted(given)} are not supported "
+                         "in TorchRec (lr, betas, eps, state_format, guard_lost_v are)")
+    return out
+
+
 class FusekitShardedEmbeddingBagCollection(ShardedEmbeddingBagCollection):
     """TorchRec's ShardedEmbeddingBagCollection whose lookups run fusekit's kernel."""
 
@@ -120,6 +155,29 @@ class FusekitShardedEmbeddingBagCollection(ShardedEmbeddingBagCollection):
                     rs[PoolingType.SUM.value].append(feature)
                     listed.add(feature)
 
+    @classmethod
+    def create_grouped_sharding_infos(cls, module: Any, table_name_to_parameter_sharding: Any,
+                                      prefix: str, fused_params: Optional[Dict[str, Any]],
+                                      suffix: Optional[str] = "weight") -> Any:
+        """TorchRec's, with fusekit's own torch optimizers accepted in backward:
+        ``apply_optimizer_in_backward(fusekit.torch.SparseAdam8bit, ...)`` (8-bit state) or
+        ``fusekit.torch.SparseAdam`` (float32) is read as TBE Adam with the optimizer's lr,
+        betas, eps and, for SparseAdam8bit, state_format and guard_lost_v (TorchRec itself
+        refuses any class it cannot cast to an EmbOptimType). The parameters' in-backward
+        settings are translated for the call and put back after it."""
+        saved = []
+        try:
+            for param in module.parameters():
+                kwargs = _fusekit_optimizer_kwargs(param)
+                if kwargs is not None:
+                    saved.append((param, param._optimizer_kwargs))
+                    param._optimizer_kwargs = [kwargs]
+            return super().create_grouped_sharding_infos(
+                module, table_name_to_parameter_sharding, prefix, fused_params, suffix)
+        finally:
+            for param, kwargs in saved:
+                param._optimizer_kwargs = kwargs
+
     def _create_lookups(self) -> None:
         for sharding in self._embedding_shardings:
             if isinstance(sharding, DpPooledEmbeddingSharding):
@@ -139,11 +197,16 @@ class FusekitEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
     "learning_rate": ..., "eps": ..., "beta1": ..., "beta2": ...}``); the optimizer of
     ``apply_optimizer_in_backward`` takes precedence per table, as in TorchRec. ``num_threads``:
     fusekit's threads per step (0: fusekit's default); ``hugepages``: the tables and their state
-    on huge-page memory."""
+    on huge-page memory; ``state_format``: every table's Adam state in 8 bits (LazyAdamQuant,
+    "dynamic_map" or "fp8"; None: float32; per table: ``apply_optimizer_in_backward(
+    fusekit.torch.SparseAdam8bit, ...)``)."""
 
     def __init__(self, fused_params: Optional[Dict[str, Any]] = None,
                  qcomm_codecs_registry: Optional[Dict[str, Any]] = None,
-                 num_threads: int = 0, hugepages: bool = True) -> None:
+                 num_threads: int = 0, hugepages: bool = True,
+                 state_format: Optional[str] = None) -> None:
+        if state_format is not None:
+            fused_params = dict(fused_params or {}, **{FUSED_PARAM_STATE_FORMAT: state_format})
         super().__init__(fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry)
         self._fusekit_options = {"num_threads": int(num_threads), "hugepages": bool(hugepages)}
 
@@ -178,17 +241,18 @@ class FusekitEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
 
 
 def sharders(fused_params: Optional[Dict[str, Any]] = None, num_threads: int = 0,
-             hugepages: bool = True) -> List[Any]:
+             hugepages: bool = True, state_format: Optional[str] = None) -> List[Any]:
     """The sharders to hand ``DistributedModelParallel(module, sharders=...)`` so that its
     EmbeddingBagCollections train on CPU with fusekit's fused backward + Adam: fusekit's
     EmbeddingBagCollection sharder, then TorchRec's default sharders for the other module types.
 
-    ``fused_params``, ``num_threads``, ``hugepages``: see
+    ``fused_params``, ``num_threads``, ``hugepages``, ``state_format``: see
     :class:`FusekitEmbeddingBagCollectionSharder`."""
     from torchrec.distributed.sharding_plan import get_default_sharders
 
     ours = FusekitEmbeddingBagCollectionSharder(fused_params=fused_params,
-                                                num_threads=num_threads, hugepages=hugepages)
+                                                num_threads=num_threads, hugepages=hugepages,
+                                                state_format=state_format)
     out: List[Any] = [ours]
     for s in get_default_sharders():
         if s.module_type is not EmbeddingBagCollection:
