@@ -38,19 +38,23 @@ def test_import_error_names_what_to_install(tmp_path):
 
 def test_one_process_plans_against_float64_adam(tmp_path):
     """World size 1: table-wise with and without weights (is_weighted=True), row-wise weighted,
-    the sharder's fused_params with an LR scheduler on model.fused_optimizer."""
+    the sharder's fused_params with an LR scheduler on model.fused_optimizer, 8-bit state
+    (fusekit.torch.SparseAdam8bit in backward, both formats), fusekit.torch.SparseAdam in
+    backward."""
     out = tmp_path / "plans.txt"
     ranks(SCRIPT, "plans", out, "tw", "tw:weighted", "rw:weighted", "tw:fused_params,sched",
-          "tw:dynamic_map", "tw:weighted,fp8", world=1)
+          "tw:dynamic_map", "tw:weighted,fp8", "rw:sparse_adam", world=1)
     done = out.read_text().splitlines()
-    assert len(done) == 6, done
+    assert len(done) == 7, done
     assert all("'fused'" in line for line in done), done
 
 
 def test_two_ranks_every_plan_against_float64_adam(tmp_path):
     """2 gloo ranks: table-wise, row-wise (hand-written and the planner's: fusekit's sharder makes
     the CPU planner offer it), column-wise, table-row-wise, a mixed plan (column-wise sum,
-    row-wise mean, table-wise), weighted and not, the planner's own plan."""
+    row-wise mean, table-wise), weighted and not, the planner's own plan; 8-bit state row-wise,
+    column-wise (a per-row absmax per column shard) and in the mixed plan (the sharder's
+    state_format)."""
     out = tmp_path / "plans.txt"
     specs = ["tw", "rw", "rw:weighted", "cw:weighted", "twrw", "mixed", "mixed:weighted",
              "planner_rw", "planner", "mixed:fused_params,sched", "rw:dynamic_map",

@@ -196,7 +196,7 @@ class Reference:
 
 def build(plan_name, weighted, init_seed, via="in_backward"):
     # fusekit.torch.SparseAdam8bit takes CPU parameters only (not meta ones)
-    model = Model(weighted, "cpu" if via in ("dynamic_map", "fp8") else "meta")
+    model = Model(weighted, "cpu" if via in ("dynamic_map", "fp8", "sparse_adam") else "meta")
     if via == "in_backward":
         apply_optimizer_in_backward(torch.optim.Adam, model.ebc.parameters(),
                                     {"lr": LR, "betas": BETAS, "eps": EPS})
@@ -205,6 +205,11 @@ def build(plan_name, weighted, init_seed, via="in_backward"):
         import fusekit.torch
         apply_optimizer_in_backward(fusekit.torch.SparseAdam8bit, model.ebc.parameters(),
                                     {"lr": LR, "betas": BETAS, "eps": EPS, "state_format": via})
+        sharders = ftr.sharders()
+    elif via == "sparse_adam":  # fusekit's float32 SparseAdam in backward: TBE Adam too
+        import fusekit.torch
+        apply_optimizer_in_backward(fusekit.torch.SparseAdam, model.ebc.parameters(),
+                                    {"lr": LR, "betas": BETAS, "eps": EPS})
         sharders = ftr.sharders()
     elif via == "sharder_fp8":  # 8-bit state for every table: the sharder's option
         apply_optimizer_in_backward(torch.optim.Adam, model.ebc.parameters(),
@@ -322,7 +327,7 @@ def run_plans(out, specs):
         name, _, opts = spec.partition(":")
         weighted = "weighted" in opts
         via = "in_backward"
-        for v in ("fused_params", "dynamic_map", "sharder_fp8", "fp8"):
+        for v in ("fused_params", "dynamic_map", "sharder_fp8", "fp8", "sparse_adam"):
             if v in opts.split(","):
                 via = v
                 break
