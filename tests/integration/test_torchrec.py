@@ -51,13 +51,15 @@ def test_one_process_plans_against_float64_adam(tmp_path):
 
 def test_two_ranks_every_plan_against_float64_adam(tmp_path):
     """2 gloo ranks: table-wise, row-wise (hand-written and the planner's: fusekit's sharder makes
-    the CPU planner offer it), column-wise, table-row-wise, a mixed plan (column-wise sum,
+    the CPU planner offer it), column-wise, table-row-wise, table-column-wise (the planner's,
+    constrained to it), a mixed plan (column-wise sum,
     row-wise mean, table-wise), weighted and not, the planner's own plan; 8-bit state row-wise,
     column-wise (a per-row absmax per column shard) and in the mixed plan (the sharder's
     state_format)."""
     out = tmp_path / "plans.txt"
     specs = ["tw", "rw", "rw:weighted", "cw:weighted", "twrw", "mixed", "mixed:weighted",
-             "planner_rw", "planner", "mixed:fused_params,sched", "rw:dynamic_map",
+             "planner_rw", "planner_twcw:weighted", "planner", "mixed:fused_params,sched",
+             "rw:dynamic_map",
              "cw:weighted,fp8", "mixed:weighted,sharder_fp8"]
     ranks(SCRIPT, "plans", out, *specs)
     done = out.read_text().splitlines()
@@ -67,6 +69,7 @@ def test_two_ranks_every_plan_against_float64_adam(tmp_path):
     assert "('column_wise', 'fused')" in kinds["mixed"] and "('row_wise', 'fused')" in \
         kinds["mixed"] and "('table_wise', 'fused')" in kinds["mixed"]
     assert "('table_row_wise', 'fused')" in kinds["twrw"]
+    assert "('table_column_wise', 'fused')" in kinds["planner_twcw:weighted"]
 
 
 def test_refusals_modify_nothing():

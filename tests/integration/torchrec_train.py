@@ -80,15 +80,16 @@ def plan_of(name, model, kernel=None):
                   "t_big": table_wise(rank=0, **k)},
     }
     sharder = ftr.FusekitEmbeddingBagCollectionSharder()
-    if name == "planner_rw":
+    if name in ("planner_rw", "planner_twcw"):  # the planner, constrained to one type
         from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
         from torchrec.distributed.planner.types import ParameterConstraints
+        kind = {"planner_rw": "row_wise", "planner_twcw": "table_column_wise"}[name]
         planner = EmbeddingShardingPlanner(
             topology=Topology(world_size=WORLD, compute_device="cpu"),
-            constraints={t: ParameterConstraints(sharding_types=["row_wise"]) for t in TABLE})
+            constraints={t: ParameterConstraints(sharding_types=[kind]) for t in TABLE})
         plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
         for t in TABLE:
-            assert plan.plan["ebc"][t].sharding_type == "row_wise", plan
+            assert plan.plan["ebc"][t].sharding_type == kind, plan
             assert plan.plan["ebc"][t].compute_kernel == "fused", plan
         return plan
     if name == "planner":
