@@ -121,7 +121,8 @@ def adam_hyperparameters(fused_params: Dict[str, Any], tables: Sequence[str]
         else:
             raise ValueError(
                 f"{where}: fused_params key {key!r} is not supported by fusekit's kernel (it "
-                "takes optimizer, learning_rate/lr, eps, beta1, beta2, betas, weight_decay=0)")
+                "takes optimizer, learning_rate/lr, eps, beta1, beta2, betas, weight_decay=0, "
+                f"{FUSED_PARAM_STATE_FORMAT}, {FUSED_PARAM_GUARD_LOST_V})")
     return out
 
 
