@@ -223,3 +223,29 @@ def test_unsupported_settings_are_refused_by_name():
     got = adam_hyperparameters({"optimizer": EmbOptimType.ADAM, "learning_rate": 0.5,
                                 "betas": (0.7, 0.9), "eps": 0.1, "cache_precision": None}, ["t"])
     assert got == {"learning_rate": 0.5, "beta1": 0.7, "beta2": 0.9, "eps": 0.1}
+
+
+def test_dlrm_example_every_route(tmp_path):
+    """examples/python/train_dlrm_torchrec.py at a tiny size (docs/torchrec.md's DLRM run): every
+    route trains (the held-out loss falls), and fusekit's lazy Adam, fp32 and 8-bit, ends near the
+    dense Adam route (the same optimizer, lazy): within 0.01 of its held-out loss."""
+    import json
+    import os
+    import subprocess
+    import sys
+    example = HERE.parents[1] / "examples" / "python" / "train_dlrm_torchrec.py"
+    js = tmp_path / "dlrm.json"
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    r = subprocess.run([sys.executable, str(example), "--rows", "3000", "--dim", "8", "--batch",
+                        "256", "--steps", "60", "--eval-every", "30", "--eval-size", "2048",
+                        "--lr", "3e-3", "--json", str(js)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = {x["route"]: x for x in json.loads(js.read_text())["results"]}
+    assert set(results) == {"fusekit", "fusekit8bit", "rowwise_adagrad", "dense_adam"}
+    for route, x in results.items():
+        start, end = x["curve"][0][1], x["curve"][-1][1]
+        assert end < start - 0.005, (route, x["curve"])
+        assert x["step_ms"] > 0
+    for route in ("fusekit", "fusekit8bit"):
+        assert abs(results[route]["final"] - results["dense_adam"]["final"]) < 0.01, results
