@@ -12,6 +12,11 @@
 //   size_t workspace_bytes(const Problem &, int threads, bool with_table);
 //   Status run(QuantKernelKind, QuantSearch, const Problem &, const Tensors &, const Scalars &,
 //              const RunContext &, Stats *);
+// An operator whose batch is bound per run (EmbeddingBagLazyAdamQuant) gives instead of the two in
+// the middle
+//   size_t run_workspace_bytes(const Problem &, const Tensors &, int threads, QuantSearch);
+// (the search of a cpu_hwy entry, kBinarySearch for the others: whether this batch builds the
+// tables is the run's to say), and its plans book the workspace of the problem's own tensors.
 #ifndef FUSEKIT_COMMON_QUANT_IMPLEMENTATIONS_H_
 #define FUSEKIT_COMMON_QUANT_IMPLEMENTATIONS_H_
 
@@ -40,9 +45,28 @@ class QuantImplementations {
     return Cpu::avx512vbmi_why_not(p);
   }
   static const char *vbmi_target() { return "AVX512VBMI"; }
+  using Tensors = typename Op::Tensors;
+  static constexpr bool kBatchBound = requires { &Cpu::run_workspace_bytes; };
+  template <QK K, QS S>
+  static size_t run_workspace(const Problem &p, const Tensors &t, int threads) {
+    return Cpu::run_workspace_bytes(p, t, threads, K == QK::kHwy ? S : QS::kBinarySearch);
+  }
   template <QK K, QS S>
   static size_t workspace(const Problem &p, int threads) {
-    return Cpu::workspace_bytes(p, threads, K == QK::kHwy && Cpu::wants_table(S, p));
+    if constexpr (kBatchBound) {
+      return run_workspace<K, S>(p, p.desc, threads);
+    } else {
+      return Cpu::workspace_bytes(p, threads, K == QK::kHwy && Cpu::wants_table(S, p));
+    }
+  }
+  using RunWorkspaceFn = size_t (*)(const Problem &, const Tensors &, int);
+  template <QK K, QS S>
+  static constexpr RunWorkspaceFn run_workspace_of() {
+    if constexpr (kBatchBound) {
+      return &run_workspace<K, S>;
+    } else {
+      return nullptr;
+    }
   }
   template <QK K, QS S>
   static Status run(const Problem &p, const typename Op::Tensors &t, const typename Op::Scalars &s,
@@ -50,25 +74,24 @@ class QuantImplementations {
     return Cpu::run(K, S, p, t, s, ctx, st);
   }
 
-  static constexpr Implementation<Op> kVbmi{"cpu_avx512vbmi", vbmi_why_not, vbmi_target,
-                                            workspace<QK::kAvx512Vbmi, QS::kBinarySearch>,
-                                            run<QK::kAvx512Vbmi, QS::kBinarySearch>};
-  static constexpr Implementation<Op> kHwy{"cpu_hwy", cpu_only<Op>, hwy_dispatched_target,
-                                           workspace<QK::kHwy, QS::kAuto>,
-                                           run<QK::kHwy, QS::kAuto>};
-  static constexpr Implementation<Op> kHwyTable{
-      "cpu_hwy_table",           cpu_only<Op>,
-      hwy_dispatched_target,     workspace<QK::kHwy, QS::kTable>,
-      run<QK::kHwy, QS::kTable>, /*by_name_only=*/true};
-  static constexpr Implementation<Op> kHwyBinarySearch{"cpu_hwy_binary_search",
-                                                       cpu_only<Op>,
-                                                       hwy_dispatched_target,
-                                                       workspace<QK::kHwy, QS::kBinarySearch>,
-                                                       run<QK::kHwy, QS::kBinarySearch>,
-                                                       /*by_name_only=*/true};
-  static constexpr Implementation<Op> kReference{kReferenceName, cpu_only<Op>, scalar_target,
-                                                 workspace<QK::kReference, QS::kBinarySearch>,
-                                                 run<QK::kReference, QS::kBinarySearch>};
+  // One entry: kernel K with search S.
+  template <QK K, QS S>
+  static constexpr Implementation<Op> entry(const char *name,
+                                            const char *(*why_not)(const Problem &),
+                                            const char *(*target)(), bool by_name_only) {
+    return {
+        name, why_not, target, workspace<K, S>, run<K, S>, by_name_only, run_workspace_of<K, S>()};
+  }
+  static constexpr Implementation<Op> kVbmi =
+      entry<QK::kAvx512Vbmi, QS::kBinarySearch>("cpu_avx512vbmi", vbmi_why_not, vbmi_target, false);
+  static constexpr Implementation<Op> kHwy =
+      entry<QK::kHwy, QS::kAuto>("cpu_hwy", cpu_only<Op>, hwy_dispatched_target, false);
+  static constexpr Implementation<Op> kHwyTable = entry<QK::kHwy, QS::kTable>(
+      "cpu_hwy_table", cpu_only<Op>, hwy_dispatched_target, /*by_name_only=*/true);
+  static constexpr Implementation<Op> kHwyBinarySearch = entry<QK::kHwy, QS::kBinarySearch>(
+      "cpu_hwy_binary_search", cpu_only<Op>, hwy_dispatched_target, /*by_name_only=*/true);
+  static constexpr Implementation<Op> kReference =
+      entry<QK::kReference, QS::kBinarySearch>(kReferenceName, cpu_only<Op>, scalar_target, false);
   static constexpr const Implementation<Op> *kList[] = {&kVbmi, &kHwy, &kHwyTable,
                                                         &kHwyBinarySearch, &kReference};
 

@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "common/embedding_bags.h"
 #include "common/hwy_dispatch.h"
 #include "embedding_bag_lazy_adam/embedding_bag_lazy_adam_kernels.h"
 
@@ -19,7 +20,8 @@ HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// PrefetchRow, LazyAdamConsts, UpdateLanes, LanesFinite, ForEachSpan (LazyAdam's).
+// PrefetchRow, LazyAdamConsts, UpdateLanes, LanesFinite, ForEachSpan (LazyAdam's); BagRowGradient.
+#include "common/bag_gradient_hwy-inl.h"
 #include "common/lazy_adam_rows_hwy-inl.h"
 
 int64_t EmbeddingBagLazyAdamRows(const EmbeddingBagLazyAdamRowsArgs &a, int64_t begin, int64_t end,
@@ -27,61 +29,22 @@ int64_t EmbeddingBagLazyAdamRows(const EmbeddingBagLazyAdamRowsArgs &a, int64_t 
   const int64_t D = a.dim;
   const LazyAdamConsts c{a.beta1,           a.beta2,   a.one_minus_beta1,
                          a.one_minus_beta2, a.epsilon, a.neg_lr};
-  const bool scaled = a.bag_scale != nullptr || a.weights != nullptr;
   const int64_t ahead = a.prefetch_ahead;
-  // The grad_output row of lookup i and its coefficient c_i = s_b * w_i.
-  const auto source = [&](uint64_t entry, float *coef) {
-    const auto i = static_cast<int64_t>(entry & 0xffffffffu);
-    const auto b = a.bag_of != nullptr ? a.bag_of[i] : static_cast<uint32_t>(i);
-    const float s = a.bag_scale != nullptr ? a.bag_scale[b] : 1.0f;
-    *coef = a.weights != nullptr ? s * a.weights[i * a.weight_stride] : s;
-    return a.grad_output + static_cast<int64_t>(b) * a.grad_stride;
-  };
+  const BagGradientArgs &bags = a.bags;
   int64_t skipped = 0;
   int64_t k = begin;
   while (k < end) {
     if (k + ahead < end) {
       const uint64_t e = a.entries[k + ahead];
       const auto r = static_cast<int64_t>(e >> 32);
-      const uint32_t low = e & 0xffffffffu;
-      PrefetchRow(a.grad_output + static_cast<int64_t>(a.bag_of != nullptr ? a.bag_of[low] : low) *
-                                      a.grad_stride,
-                  D);
+      PrefetchRow(bags.grad_output + static_cast<int64_t>(bags.bag(e)) * bags.grad_stride, D);
       PrefetchRow(a.m + r * a.m_stride, D);
       PrefetchRow(a.v + r * a.v_stride, D);
       PrefetchRow(a.var + r * a.var_stride, D);
     }
     const uint64_t row = a.entries[k] >> 32;
-    float coef;
-    const float *g = source(a.entries[k], &coef);
-    int64_t next = k + 1;
-    const bool repeated = next < end && (a.entries[next] >> 32) == row;
-    if (scaled || repeated) {
-      // x = grad_output[b] * c for the first lookup (the row itself when unscaled), then
-      // g = g + x for each further lookup, in order.
-      if (scaled) {
-        ForEachSpan(D, [&](auto d, int64_t j) {
-          hn::StoreU(hn::Mul(hn::LoadU(d, g + j), hn::Set(d, coef)), d, scratch + j);
-        });
-      } else {
-        ForEachSpan(D, [&](auto d, int64_t j) { hn::StoreU(hn::LoadU(d, g + j), d, scratch + j); });
-      }
-      for (; next < end && (a.entries[next] >> 32) == row; ++next) {
-        const float *h = source(a.entries[next], &coef);
-        if (scaled) {
-          ForEachSpan(D, [&](auto d, int64_t j) {
-            const auto x = hn::Mul(hn::LoadU(d, h + j), hn::Set(d, coef));
-            hn::StoreU(hn::Add(hn::LoadU(d, scratch + j), x), d, scratch + j);
-          });
-        } else {
-          ForEachSpan(D, [&](auto d, int64_t j) {
-            hn::StoreU(hn::Add(hn::LoadU(d, scratch + j), hn::LoadU(d, h + j)), d, scratch + j);
-          });
-        }
-      }
-      g = scratch;
-    }
-    k = next;
+    const float *g;
+    k = BagRowGradient(bags, a.entries, k, end, D, scratch, /*in_place=*/true, &g);
 
     bool finite = true;
     ForEachSpan(D, [&](auto d, int64_t j) { finite = LanesFinite(d, g + j) && finite; });

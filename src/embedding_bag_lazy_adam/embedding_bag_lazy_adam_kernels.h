@@ -6,16 +6,12 @@
 
 #include <cstdint>
 
+#include "common/embedding_bags.h"
+
 namespace fusekit {
 
 struct EmbeddingBagLazyAdamRowsArgs {
-  const float *grad_output;  // [B, D]
-  int64_t grad_stride;       // elements between its rows
-  const uint32_t *bag_of;    // [L]: the bag of each lookup; null: the entries hold the bags
-  const float *bag_scale;    // [B]: s_b = 1 / float32(len_b) (mean); null for sum (s_b = 1)
-  const float *weights;      // [L]: per-sample weights; null when unweighted (w_i = 1); only
-                             // with bag_of (a weight is per lookup)
-  int64_t weight_stride;
+  BagGradientArgs bags;  // grad_output, the bag of each lookup, the coefficients
   float *m;
   int64_t m_stride;
   float *v;
@@ -24,9 +20,9 @@ struct EmbeddingBagLazyAdamRowsArgs {
   int64_t var_stride;
   int64_t dim;
   float beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon, neg_lr;
-  // (row << 32 | lookup i) per lookup, or (row << 32 | bag of i) when bag_of is null; the lookups
-  // of one row are neighbours, in order of occurrence (common/row_groups.h). Every row is <
-  // row_limit (negative ids were refused).
+  // (row << 32 | lookup i) per lookup, or (row << 32 | bag of i) when bags.bag_of is null; the
+  // lookups of one row are neighbours, in order of occurrence (common/row_groups.h). Every row is
+  // < row_limit (negative ids were refused).
   const uint64_t *entries;
   uint64_t row_limit;
   int64_t prefetch_ahead;  // entries ahead whose rows the optimized kernel prefetches

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/adam_update.h"
+#include "common/embedding_bags.h"
 #include "common/plan.h"
 #include "common/row_groups.h"
 #include "common/str_cat.h"
@@ -17,66 +18,6 @@ namespace {
 
 using Op = EmbeddingBagLazyAdamOp;
 constexpr const char *kOp = "EmbeddingBagLazyAdam";
-// Lookups and bags are numbered in 32 bits (the entries pack row and lookup; the bag of a lookup is
-// a uint32).
-constexpr int64_t kMaxBatch = int64_t{std::numeric_limits<uint32_t>::max()};
-
-// A 1-D batch tensor (indices, offsets, per_sample_weights) of one of the dtypes named.
-Status check_vector(const TensorView &t, const char *name, std::initializer_list<DType> dtypes,
-                    const char *dtypes_text) {
-  bool dtype_ok = false;
-  for (DType d : dtypes) dtype_ok = dtype_ok || t.dtype == d;
-  if (!dtype_ok) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has dtype ", dtype_name(t.dtype), "; ",
-                                   dtypes_text, " is required"));
-  }
-  if (t.ndim != 1) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be 1-D, got shape ", t.shape_string()));
-  }
-  return Status::Ok();
-}
-
-// The batch's own rules, checked on every run (the shapes change from batch to batch): sizes, the
-// relations between the batch tensors, strides that can be walked.
-Status check_batch(const EmbeddingBagLazyAdamTensors &t, bool weighted) {
-  const int64_t b = t.grad_output.shape[0], l = t.indices.shape[0];
-  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, t.grad_output, "grad_output"));
-  if (l < 0 || t.offsets.shape[0] < 0) {
-    return Status::Invalid(str_cat(kOp, ": indices ", t.indices.shape_string(), " or offsets ",
-                                   t.offsets.shape_string(), " has a negative size"));
-  }
-  if (t.offsets.shape[0] != b + 1) {
-    return Status::Invalid(
-        str_cat(kOp, ": offsets has ", t.offsets.shape[0], " entries but grad_output has ", b,
-                " bags: offsets must have B + 1 = ", b + 1,
-                " (TorchRec's form, the last one the number of lookups; nn.EmbeddingBag's offsets "
-                "need L appended)"));
-  }
-  if (weighted && t.per_sample_weights.shape[0] != l) {
-    return Status::Invalid(str_cat(kOp, ": per_sample_weights has ", t.per_sample_weights.shape[0],
-                                   " entries but indices has ", l,
-                                   "; one weight per lookup is required"));
-  }
-  if (l > kMaxBatch || b >= kMaxBatch) {
-    return Status::Invalid(
-        str_cat(kOp, ": ", l, " lookups in ", b,
-                " bags exceeds this implementation's limit of 2^32 - 1 of each"));
-  }
-  for (const auto &[v, name] : {std::pair{&t.indices, "indices"},
-                                {&t.offsets, "offsets"},
-                                {&t.per_sample_weights, "per_sample_weights"}}) {
-    if (v->ndim == 1 && v->shape[0] > 1 && v->strides[0] < 0) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " has a negative stride ", v->strides[0]));
-    }
-    int64_t span = 0;
-    if (v->ndim == 1 && v->shape[0] > 0 &&
-        __builtin_mul_overflow(v->shape[0], std::max<int64_t>(v->strides[0], 1), &span)) {
-      return Status::Invalid(
-          str_cat(kOp, ": ", name, " of shape ", v->shape_string(), " overflows 64-bit sizes"));
-    }
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -84,16 +25,6 @@ Status EmbeddingBagLazyAdamProblem::make(const EmbeddingBagLazyAdamTensors &t,
                                          const EmbeddingBagLazyAdamOptions &options,
                                          EmbeddingBagLazyAdamProblem *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
-  FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, t.grad_output, "grad_output"));
-  FUSEKIT_RETURN_IF_ERROR(
-      check_vector(t.indices, "indices", {DType::kInt32, DType::kInt64}, "int32 or int64"));
-  FUSEKIT_RETURN_IF_ERROR(
-      check_vector(t.offsets, "offsets", {DType::kInt32, DType::kInt64}, "int32 or int64"));
-  const bool weighted = !t.per_sample_weights.empty_view();
-  if (weighted) {
-    FUSEKIT_RETURN_IF_ERROR(
-        check_vector(t.per_sample_weights, "per_sample_weights", {DType::kFloat32}, "float32"));
-  }
   for (const auto &[x, name] : {std::pair{&t.m, "m"}, {&t.v, "v"}, {&t.var, "var"}}) {
     FUSEKIT_RETURN_IF_ERROR(check_float_row_table(kOp, *x, name));
     // The tables are written: two of their rows must not share elements.
@@ -108,20 +39,10 @@ Status EmbeddingBagLazyAdamProblem::make(const EmbeddingBagLazyAdamTensors &t,
     return Status::Invalid(str_cat(kOp, ": m ", m.shape_string(), ", v ", v.shape_string(),
                                    " and var ", var.shape_string(), " must have the same shape"));
   }
-  if (t.grad_output.shape[1] != m.shape[1]) {
-    return Status::Invalid(str_cat(kOp, ": grad_output has ", t.grad_output.shape[1],
-                                   " columns but the table has ", m.shape[1], " (grad_output ",
-                                   t.grad_output.shape_string(), ", var ", var.shape_string(),
-                                   ")"));
-  }
-  if (m.shape[0] >= kMaxBatch) {
-    return Status::Invalid(str_cat(kOp, ": a table of ", m.shape[0],
-                                   " rows exceeds this implementation's limit of 2^32 - 2"));
-  }
-  if (options.pooling != PoolingMode::kSum && options.pooling != PoolingMode::kMean) {
-    return Status::Invalid(str_cat(kOp, ": pooling = ", static_cast<int>(options.pooling),
-                                   " is not a pooling mode (sum 0, mean 1)"));
-  }
+  bool weighted = false;
+  FUSEKIT_RETURN_IF_ERROR(check_bag_inputs(kOp, t.grad_output, t.indices, t.offsets,
+                                           t.per_sample_weights, options.pooling, var.shape[0],
+                                           var.shape[1], &weighted));
   EmbeddingBagLazyAdamProblem p;
   FUSEKIT_RETURN_IF_ERROR(check_lazy_adam_attributes(
       kOp, options.beta1, options.beta2, options.epsilon, &p.beta1, &p.beta2, &p.epsilon));
@@ -138,19 +59,8 @@ Status EmbeddingBagLazyAdamProblem::check(const EmbeddingBagLazyAdamTensors &t) 
   // The planned layouts with this batch's sizes and strides in the batch dimension: the generic
   // check then compares dtypes, ranks, the table layouts and D, and checks data, alignment and
   // overlap.
-  EmbeddingBagLazyAdamTensors expected = desc;
-  const auto take_batch = [](TensorView &e, const TensorView &b) {
-    if (e.ndim >= 1 && b.ndim == e.ndim) {
-      e.shape[0] = b.shape[0];
-      e.strides[0] = b.strides[0];
-    }
-  };
-  take_batch(expected.grad_output, t.grad_output);
-  take_batch(expected.indices, t.indices);
-  take_batch(expected.offsets, t.offsets);
-  take_batch(expected.per_sample_weights, t.per_sample_weights);
-  FUSEKIT_RETURN_IF_ERROR(check_bound<Op>(expected, t));
-  return check_batch(t, weighted);
+  FUSEKIT_RETURN_IF_ERROR(check_bound<Op>(bag_batch_desc(desc, t), t));
+  return check_bag_batch(kOp, t.grad_output, t.indices, t.offsets, t.per_sample_weights, weighted);
 }
 
 std::string EmbeddingBagLazyAdamOp::problem_fields(const EmbeddingBagLazyAdamProblem &p,

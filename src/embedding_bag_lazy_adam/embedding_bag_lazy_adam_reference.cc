@@ -10,25 +10,12 @@ namespace fusekit {
 int64_t embedding_bag_lazy_adam_rows_reference(const EmbeddingBagLazyAdamRowsArgs &a, int64_t begin,
                                                int64_t end, float *scratch) {
   const int64_t D = a.dim;
-  const bool scaled = a.bag_scale != nullptr || a.weights != nullptr;
   int64_t skipped = 0;
   int64_t k = begin;
   while (k < end) {
     const uint64_t row = a.entries[k] >> 32;
     // g: the row's lookups in order, x_i = grad_output[b_i] * c_i, c_i = s_b * w_i.
-    bool first = true;
-    for (; k < end && (a.entries[k] >> 32) == row; ++k) {
-      const auto i = static_cast<int64_t>(a.entries[k] & 0xffffffffu);
-      const auto b = a.bag_of != nullptr ? a.bag_of[i] : static_cast<uint32_t>(i);
-      const float *go = a.grad_output + static_cast<int64_t>(b) * a.grad_stride;
-      const float s = a.bag_scale != nullptr ? a.bag_scale[b] : 1.0f;
-      const float c = a.weights != nullptr ? s * a.weights[i * a.weight_stride] : s;
-      for (int64_t j = 0; j < D; ++j) {
-        const float x = scaled ? go[j] * c : go[j];
-        scratch[j] = first ? x : scratch[j] + x;
-      }
-      first = false;
-    }
+    k = bag_row_gradient_reference(a.bags, a.entries, k, end, D, scratch);
 
     bool finite = true;
     for (int64_t j = 0; j < D; ++j) finite = finite && std::isfinite(scratch[j]);

@@ -27,21 +27,19 @@ namespace {
 
 constexpr const char *kOp = "LazyAdamQuant";
 
-// The workspace: the check and group stages' part, room for the tables when the thread has no
-// cache, the two lookup tables (cpu_hwy with the table search), one kernel scratch per thread.
+// The workspace: the check and group stages' part, the tables' part (laq_tables_bytes), one
+// kernel scratch per thread.
 struct WorkspaceLayout {
   RowGroupsLayout groups;
-  size_t fallback = 0, lut = 0, scratch = 0, scratch_per_thread = 0, total = 0;
+  size_t tables = 0, scratch = 0, scratch_per_thread = 0, total = 0;
 };
 
 WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with_lut) {
   WorkspaceLayout w;
   w.groups = row_groups_layout(p.n, p.rows, threads);
   size_t off = w.groups.total;
-  w.fallback = off;
-  off += align_up(sizeof(QuantTableCache));
-  w.lut = off;
-  if (with_lut) off += 2 * quant_lut_bytes();
+  w.tables = off;
+  off += laq_tables_bytes(with_lut);
   w.scratch = off;
   w.scratch_per_thread = align_up(lazy_adam_quant_scratch_bytes(std::max<int64_t>(p.d, 1)));
   off += w.scratch_per_thread * static_cast<size_t>(threads);
@@ -52,48 +50,20 @@ WorkspaceLayout layout_for(const LazyAdamQuantProblem &p, int threads, bool with
 // Entries in flight: enough ahead to cover memory latency, few enough that the prefetched lines
 // (six rows per entry: gradient, var, two code rows, two absmax rows) stay within what the core
 // can track; LazyAdam's rule on the bytes of the gradient and var rows.
-int64_t prefetch_ahead(const LazyAdamQuantProblem &p) {
+int64_t prefetch_ahead(DType var_dtype, int64_t d) {
   static const int64_t forced = [] {
     const char *e = std::getenv("FUSEKIT_LAZY_ADAM_QUANT_PREFETCH");  // for tuning runs only
     return e != nullptr ? std::atoll(e) : 0;
   }();
   if (forced > 0) return forced;
-  const auto row_bytes =
-      static_cast<int64_t>(dtype_size(p.desc.var.dtype)) * std::max<int64_t>(p.d, 1);
+  const auto row_bytes = static_cast<int64_t>(dtype_size(var_dtype)) * std::max<int64_t>(d, 1);
   return std::clamp<int64_t>(2048 / row_bytes, 2, 16);
-}
-
-// What the run needs to know of a kernel.
-struct Kernel {
-  LazyAdamQuantRowsFn rows;
-  QuantSearch search;  // how it finds codes: kBinarySearch for a kernel that never reads the tables
-  // Tables the kernel derives from the two maps' search tables (kQuantVbmiTablesBytes), or null.
-  void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
-  int64_t prefetch_ahead;  // entries
-};
-Kernel kernel_of(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p) {
-  if (p.state_format == QuantStateFormat::kFp8) {  // no map: bit arithmetic, no tables
-    return {kind == QuantKernelKind::kReference ? &lazy_adam_quant_fp8_rows_reference
-                                                : lazy_adam_quant_fp8_rows_hwy(),
-            QuantSearch::kBinarySearch, nullptr,
-            kind == QuantKernelKind::kReference ? 0 : prefetch_ahead(p)};
-  }
-  switch (kind) {
-    case QuantKernelKind::kAvx512Vbmi:
-      return {lazy_adam_quant_avx512vbmi().run, QuantSearch::kBinarySearch,
-              lazy_adam_quant_avx512vbmi().prepare, prefetch_ahead(p)};
-    case QuantKernelKind::kHwy:
-      return {lazy_adam_quant_rows_hwy(), search, nullptr, prefetch_ahead(p)};
-    default:
-      return {&lazy_adam_quant_rows_reference, QuantSearch::kBinarySearch, nullptr, 0};
-  }
 }
 
 // The CPU run, as common/quant_implementations.h's list asks for it.
 struct Cpu {
   static const char *avx512vbmi_why_not(const LazyAdamQuantProblem &p) {
-    if (p.state_format == QuantStateFormat::kFp8) return kFp8NoMapKernel;
-    return fusekit::avx512vbmi_why_not(lazy_adam_quant_avx512vbmi());
+    return laq_avx512vbmi_why_not(p.state_format);
   }
 
   static bool wants_table(QuantSearch search, const LazyAdamQuantProblem &p) {
@@ -107,7 +77,7 @@ struct Cpu {
   static Status run(QuantKernelKind kind, QuantSearch search, const LazyAdamQuantProblem &p,
                     const LazyAdamQuantTensors &t, const LazyAdamQuantScalars &s,
                     const RunContext &ctx, LazyAdamQuantStats *stats) {
-    const Kernel kernel = kernel_of(kind, search, p);
+    const LaqRowStep step = laq_row_step(kind, search, p.state_format, p.desc.var.dtype, p.d);
     float lr = 0;
     FUSEKIT_RETURN_IF_ERROR(host_lr(kOp, s.lr, s.lr_tensor, &lr));
     LazyAdamQuantStats &st = *stats;
@@ -123,7 +93,7 @@ struct Cpu {
       timer.stage("check");
       return Status::Ok();
     }
-    const bool with_lut = wants_table(kernel.search, p);
+    const bool with_lut = wants_table(step.search, p);
     const WorkspaceLayout w = layout_for(p, threads, with_lut);
     char *base = ctx.workspace;
     RowEntries e;
@@ -135,20 +105,7 @@ struct Cpu {
 
     // ---- tables: the search tables (kept by the thread), the kernel's, the lookup tables ----
     LazyAdamQuantRowsArgs a;
-    if (!fp8) {
-      QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
-      if (cache == nullptr) cache = ::new (base + w.fallback) QuantTableCache;
-      bool built = refresh_quant_tables(cache, maps, kernel.prepare);
-      a.map_m = cache->tables[0];
-      a.map_v = cache->tables[1];
-      a.prepared = kernel.prepare != nullptr ? cache->prepared : nullptr;
-      if (with_lut) {
-        build_quant_lut(&a.map_m, base + w.lut);
-        build_quant_lut(&a.map_v, base + w.lut + quant_lut_bytes());
-        built = true;
-      }
-      timer.stage(built ? "tables" : "tables(cached)");
-    }
+    laq_tables_stage(step, fp8, maps, with_lut, base + w.tables, timer, &a);
     a.guard_lost_v = p.guard_lost_v;
 
     // ---- group: only when some row is named twice ----
@@ -158,22 +115,11 @@ struct Cpu {
     a.grad = t.gradient.data;
     a.grad_stride = t.gradient.strides[0];
     a.grad_dtype = t.gradient.dtype;
-    a.var = t.var.data;
-    a.var_stride = t.var.strides[0];
-    a.dtype = t.var.dtype;
-    a.m = t.m.as<uint8_t>();
-    a.m_stride = t.m.strides[0];
-    a.v = t.v.as<uint8_t>();
-    a.v_stride = t.v.strides[0];
-    a.absmax_m = t.absmax_m.as<float>();
-    a.absmax_m_stride = t.absmax_m.strides[0];
-    a.absmax_v = t.absmax_v.as<float>();
-    a.absmax_v_stride = t.absmax_v.strides[0];
-    a.blocks = p.blocks;
-    set_row_step_args(p, lr, e, rows, kernel.prefetch_ahead, &a);
+    set_laq_state_args(t.m, t.v, t.var, t.absmax_m, t.absmax_v, p.blocks, &a);
+    set_row_step_args(p, lr, e, rows, step.prefetch_ahead, &a);
     update_row_chunks(e, threads, base + w.scratch, w.scratch_per_thread, &st.rows_updated,
                       &st.rows_skipped_nonfinite, [&](int64_t b, int64_t en, char *scratch) {
-                        return kernel.rows(a, b, en, scratch);
+                        return step.rows(a, b, en, scratch);
                       });
     timer.stage("update");
     return Status::Ok();
@@ -181,6 +127,69 @@ struct Cpu {
 };
 
 }  // namespace
+
+LaqRowStep laq_row_step(QuantKernelKind kind, QuantSearch search, QuantStateFormat format,
+                        DType var_dtype, int64_t d) {
+  if (format == QuantStateFormat::kFp8) {  // no map: bit arithmetic, no tables
+    return {kind == QuantKernelKind::kReference ? &lazy_adam_quant_fp8_rows_reference
+                                                : lazy_adam_quant_fp8_rows_hwy(),
+            QuantSearch::kBinarySearch, nullptr,
+            kind == QuantKernelKind::kReference ? 0 : prefetch_ahead(var_dtype, d)};
+  }
+  switch (kind) {
+    case QuantKernelKind::kAvx512Vbmi:
+      return {lazy_adam_quant_avx512vbmi().run, QuantSearch::kBinarySearch,
+              lazy_adam_quant_avx512vbmi().prepare, prefetch_ahead(var_dtype, d)};
+    case QuantKernelKind::kHwy:
+      return {lazy_adam_quant_rows_hwy(), search, nullptr, prefetch_ahead(var_dtype, d)};
+    default:
+      return {&lazy_adam_quant_rows_reference, QuantSearch::kBinarySearch, nullptr, 0};
+  }
+}
+
+const char *laq_avx512vbmi_why_not(QuantStateFormat format) {
+  if (format == QuantStateFormat::kFp8) return kFp8NoMapKernel;
+  return fusekit::avx512vbmi_why_not(lazy_adam_quant_avx512vbmi());
+}
+
+size_t laq_tables_bytes(bool with_lut) {
+  return align_up(sizeof(QuantTableCache)) + (with_lut ? 2 * quant_lut_bytes() : 0);
+}
+
+void laq_tables_stage(const LaqRowStep &step, bool fp8, const float maps[2][kQuantMapSize],
+                      bool with_lut, char *workspace, StageTimer &timer, LazyAdamQuantRowsArgs *a) {
+  if (fp8) return;
+  QuantTableCache *cache = quant_thread_cache(QuantCacheUser::kLazyAdamQuant);
+  if (cache == nullptr) cache = ::new (workspace) QuantTableCache;
+  bool built = refresh_quant_tables(cache, maps, step.prepare);
+  a->map_m = cache->tables[0];
+  a->map_v = cache->tables[1];
+  a->prepared = step.prepare != nullptr ? cache->prepared : nullptr;
+  if (with_lut) {
+    char *lut = workspace + align_up(sizeof(QuantTableCache));
+    build_quant_lut(&a->map_m, lut);
+    build_quant_lut(&a->map_v, lut + quant_lut_bytes());
+    built = true;
+  }
+  timer.stage(built ? "tables" : "tables(cached)");
+}
+
+void set_laq_state_args(const TensorView &m, const TensorView &v, const TensorView &var,
+                        const TensorView &absmax_m, const TensorView &absmax_v, int64_t blocks,
+                        LazyAdamQuantRowsArgs *a) {
+  a->var = var.data;
+  a->var_stride = var.strides[0];
+  a->dtype = var.dtype;
+  a->m = m.as<uint8_t>();
+  a->m_stride = m.strides[0];
+  a->v = v.as<uint8_t>();
+  a->v_stride = v.strides[0];
+  a->absmax_m = absmax_m.as<float>();
+  a->absmax_m_stride = absmax_m.strides[0];
+  a->absmax_v = absmax_v.as<float>();
+  a->absmax_v_stride = absmax_v.strides[0];
+  a->blocks = blocks;
+}
 
 std::span<const LazyAdamQuantImpl *const> lazy_adam_quant_cpu_implementations() {
   return QuantImplementations<LazyAdamQuantOp, Cpu>::list();

@@ -25,33 +25,28 @@ namespace {
 
 constexpr const char *kOp = "LazyAdamQuant";
 
-// The tensors by role, named as the aclnn call names them, in the order of LazyAdamQuantTensors:
-// m, v, var and both absmax written in place; the maps read even when there is nothing to update
-// (phase two checks them).
-// A 2-D table (or gradient): its dtype, a contiguous last dimension, a row stride >= 0, sizes
-// within 64 bits; `written`: two of its rows must not share elements.
-Status check_matrix(const TensorView &t, const char *name, bool written) {
+Status check_matrix(const char *op, const TensorView &t, const char *name, bool written) {
   if (t.ndim != 2) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " must be 2-D, got shape ", t.shape_string()));
+    return Status::Invalid(str_cat(op, ": ", name, " must be 2-D, got shape ", t.shape_string()));
   }
   if (t.shape[0] < 0 || t.shape[1] < 0) {
     return Status::Invalid(
-        str_cat(kOp, ": ", name, " has a negative size in shape ", t.shape_string()));
+        str_cat(op, ": ", name, " has a negative size in shape ", t.shape_string()));
   }
   if (!t.inner_contiguous()) {
-    return Status::Invalid(str_cat(kOp, ": ", name,
+    return Status::Invalid(str_cat(op, ": ", name,
                                    " must have a contiguous last dimension, got strides [",
                                    t.strides[0], ", ", t.strides[1], "]"));
   }
   if (t.strides[0] < 0) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has a negative row stride ", t.strides[0]));
+    return Status::Invalid(str_cat(op, ": ", name, " has a negative row stride ", t.strides[0]));
   }
   if (row_table_span_overflows(t)) {  // (a one-row table may have any row stride)
     return Status::Invalid(
-        str_cat(kOp, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
+        str_cat(op, ": ", name, " of shape ", t.shape_string(), " overflows 64-bit sizes"));
   }
   if (written && t.shape[0] > 1 && t.shape[1] > 0 && t.strides[0] < t.shape[1]) {
-    return Status::Invalid(str_cat(kOp, ": ", name, " has row stride ", t.strides[0], " < ",
+    return Status::Invalid(str_cat(op, ": ", name, " has row stride ", t.strides[0], " < ",
                                    t.shape[1], " columns: its rows overlap"));
   }
   return Status::Ok();
@@ -59,35 +54,56 @@ Status check_matrix(const TensorView &t, const char *name, bool written) {
 
 }  // namespace
 
+Status check_laq_state(const char *op, const LaqStateNames &n, const TensorView &m,
+                       const TensorView &v, const TensorView &var, const TensorView &absmax_m,
+                       const TensorView &absmax_v) {
+  if (!is_float_type(var.dtype)) {
+    return Status::Invalid(str_cat(op, ": ", n.var, " has dtype ", dtype_name(var.dtype),
+                                   "; float32, float16 or bfloat16 is required"));
+  }
+  for (const auto &[x, name] : {std::pair{&m, n.m}, std::pair{&v, n.v}}) {
+    if (x->dtype != DType::kUInt8) {
+      return Status::Invalid(
+          str_cat(op, ": ", name, " has dtype ", dtype_name(x->dtype), "; uint8 is required"));
+    }
+  }
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(op, m, n.m, true));
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(op, v, n.v, true));
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(op, var, n.var, true));
+  if (m.shape[0] != var.shape[0] || m.shape[1] != var.shape[1] || v.shape[0] != var.shape[0] ||
+      v.shape[1] != var.shape[1]) {
+    return Status::Invalid(str_cat(op, ": ", n.m, " ", m.shape_string(), ", ", n.v, " ",
+                                   v.shape_string(), " and ", n.var, " ", var.shape_string(),
+                                   " must have the same shape"));
+  }
+  const int64_t rows = var.shape[0], d = var.shape[1];
+  const int64_t blocks = (d + kLazyAdamQuantBlockSize - 1) / kLazyAdamQuantBlockSize;
+  for (const auto &[x, name] :
+       {std::pair{&absmax_m, n.absmax_m}, std::pair{&absmax_v, n.absmax_v}}) {
+    if (x->dtype != DType::kFloat32 || x->ndim != 2 || x->shape[0] != rows ||
+        x->shape[1] != blocks) {
+      return Status::Invalid(str_cat(
+          op, ": ", name, " must be float32 [", rows, ", ", blocks, "] (a row per table row, ceil(",
+          d, " / 256) blocks per row), got ", dtype_name(x->dtype), " ", x->shape_string()));
+    }
+    FUSEKIT_RETURN_IF_ERROR(check_matrix(op, *x, name, true));
+  }
+  return Status::Ok();
+}
+
 Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
                                   const LazyAdamQuantOptions &options, LazyAdamQuantProblem *out) {
   if (out == nullptr) return Status::NullPointer(str_cat(kOp, ": out is null"));
   const TensorView &var = t.var, &grad = t.gradient, &m = t.m, &v = t.v, &indices = t.indices;
-  if (!is_float_type(var.dtype)) {
-    return Status::Invalid(str_cat(kOp, ": inputVar has dtype ", dtype_name(var.dtype),
-                                   "; float32, float16 or bfloat16 is required"));
-  }
+  FUSEKIT_RETURN_IF_ERROR(check_laq_state(kOp,
+                                          {"inputM", "inputV", "inputVar", "absmaxM", "absmaxV"}, m,
+                                          v, var, t.absmax_m, t.absmax_v));
   if (grad.dtype != var.dtype && grad.dtype != DType::kFloat32) {
     return Status::Invalid(str_cat(kOp, ": gradient has dtype ", dtype_name(grad.dtype),
                                    " but inputVar has ", dtype_name(var.dtype),
                                    "; the gradient must be inputVar's dtype or float32"));
   }
-  for (const auto &[x, name] : {std::pair{&m, "inputM"}, std::pair{&v, "inputV"}}) {
-    if (x->dtype != DType::kUInt8) {
-      return Status::Invalid(
-          str_cat(kOp, ": ", name, " has dtype ", dtype_name(x->dtype), "; uint8 is required"));
-    }
-  }
-  FUSEKIT_RETURN_IF_ERROR(check_matrix(grad, "gradient", false));
-  FUSEKIT_RETURN_IF_ERROR(check_matrix(m, "inputM", true));
-  FUSEKIT_RETURN_IF_ERROR(check_matrix(v, "inputV", true));
-  FUSEKIT_RETURN_IF_ERROR(check_matrix(var, "inputVar", true));
-  if (m.shape[0] != var.shape[0] || m.shape[1] != var.shape[1] || v.shape[0] != var.shape[0] ||
-      v.shape[1] != var.shape[1]) {
-    return Status::Invalid(str_cat(kOp, ": inputM ", m.shape_string(), ", inputV ",
-                                   v.shape_string(), " and inputVar ", var.shape_string(),
-                                   " must have the same shape"));
-  }
+  FUSEKIT_RETURN_IF_ERROR(check_matrix(kOp, grad, "gradient", false));
   if (indices.dtype != DType::kInt32 && indices.dtype != DType::kInt64) {
     return Status::Invalid(str_cat(kOp, ": indices has dtype ", dtype_name(indices.dtype),
                                    "; int32 or int64 is required"));
@@ -116,17 +132,6 @@ Status LazyAdamQuantProblem::make(const LazyAdamQuantTensors &t,
                 " rows exceeds this implementation's limit of 2^32 - 1 of each"));
   }
   const int64_t blocks = (d + kLazyAdamQuantBlockSize - 1) / kLazyAdamQuantBlockSize;
-  for (const auto &[x, name] :
-       {std::pair{&t.absmax_m, "absmaxM"}, std::pair{&t.absmax_v, "absmaxV"}}) {
-    if (x->dtype != DType::kFloat32 || x->ndim != 2 || x->shape[0] != rows ||
-        x->shape[1] != blocks) {
-      return Status::Invalid(str_cat(kOp, ": ", name, " must be float32 [", rows, ", ", blocks,
-                                     "] (a row per table row, ceil(", d,
-                                     " / 256) blocks per row), got ", dtype_name(x->dtype), " ",
-                                     x->shape_string()));
-    }
-    FUSEKIT_RETURN_IF_ERROR(check_matrix(*x, name, true));
-  }
   LazyAdamQuantProblem p;
   FUSEKIT_RETURN_IF_ERROR(check_quant_state(kOp, options.state_format, options.guard_lost_v,
                                             t.qmap_m, t.qmap_v, &p.guard_lost_v));
