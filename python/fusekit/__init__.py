@@ -57,6 +57,7 @@ from ._fusekit import (  # noqa: F401  (re-exported)
     ApplyAdamWQuantPlan,
     ApplyAdamWQuantStats,
     EmbeddingBagLazyAdamPlan,
+    EmbeddingBagLazyAdamQuantPlan,
     EmbeddingBagLazyAdamStats,
     Error,
     LazyAdamPlan,
@@ -75,6 +76,7 @@ __all__ = [
     "lazy_adam",
     "lazy_adam_quant",
     "embedding_bag_lazy_adam",
+    "embedding_bag_lazy_adam_quant",
     "bias_corrected_lr",
     "adam_w",
     "apply_adam_w_quant",
@@ -85,6 +87,7 @@ __all__ = [
     "ApplyAdamWQuantPlan",
     "AddLoraPlan",
     "EmbeddingBagLazyAdamPlan",
+    "EmbeddingBagLazyAdamQuantPlan",
     "create_dynamic_map",
     "quant_blocks",
     "implementations",
@@ -249,6 +252,36 @@ def embedding_bag_lazy_adam(var: Array, grad_output: Array, indices: Array, offs
     return _fusekit.embedding_bag_lazy_adam(
         (grad_output, indices, offsets, per_sample_weights, m, v, var), attrs, int(num_threads),
         implementation, 0, lr_t)
+
+
+def embedding_bag_lazy_adam_quant(var: Array, grad_output: Array, indices: Array, offsets: Array,
+                                  m: Array, v: Array, qmap_m: Optional[Array],
+                                  qmap_v: Optional[Array], absmax_m: Array, absmax_v: Array, *,
+                                  per_sample_weights: Optional[Array] = None, mode: str = "sum",
+                                  step: int, lr: float = 1e-3, beta1: float = 0.9,
+                                  beta2: float = 0.999, eps: float = 1e-8,
+                                  state_format: str = "dynamic_map", guard_lost_v: bool = False,
+                                  num_threads: int = 0,
+                                  implementation: Optional[str] = None) -> EmbeddingBagLazyAdamStats:
+    """The 8-bit twin of :func:`embedding_bag_lazy_adam`: an embedding bag's backward fused with one
+    :func:`lazy_adam_quant` step, in place on the rows of ``var`` (float32, float16 or bfloat16
+    [R, D]), ``m``, ``v`` (uint8 codes [R, D]), ``absmax_m`` and ``absmax_v`` (float32
+    [R, ceil(D / 256)]) that the bags look up.
+
+    The batch (``grad_output``, ``indices``, ``offsets``, ``per_sample_weights``, ``mode``) as for
+    :func:`embedding_bag_lazy_adam`; the state, the maps, ``state_format`` and ``guard_lost_v`` as
+    for :func:`lazy_adam_quant` (``state_format="fp8"``: the maps are None). Row r's gradient is
+    :func:`embedding_bag_lazy_adam`'s, then LazyAdamQuant's row step with the bias-corrected rate.
+    See docs/embedding_bag_lazy_adam_quant.md. Returns :class:`EmbeddingBagLazyAdamStats`.
+    """
+    fn = "fusekit.embedding_bag_lazy_adam_quant"
+    attrs = dict(beta1=beta1, beta2=beta2, eps=eps, mode=_pooling(fn, mode),
+                 **_state_attrs(fn, state_format, guard_lost_v))
+    qmap_m, qmap_v = _maps(state_format, qmap_m, qmap_v)
+    lr_t = bias_corrected_lr(lr, _step(fn, step), beta1, beta2)
+    return _fusekit.embedding_bag_lazy_adam_quant(
+        (grad_output, indices, offsets, per_sample_weights, m, v, var, qmap_m, qmap_v, absmax_m,
+         absmax_v), attrs, int(num_threads), implementation, 0, lr_t)
 
 
 def adam_w(var: Array, grad: Array, m: Array, v: Array, *, step: int, lr: float = 1e-3, beta1: float = 0.9,

@@ -26,6 +26,7 @@
 #include "fusekit/add_lora.h"
 #include "fusekit/apply_adam_w_quant.h"
 #include "fusekit/embedding_bag_lazy_adam.h"
+#include "fusekit/embedding_bag_lazy_adam_quant.h"
 #include "fusekit/lazy_adam.h"
 #include "fusekit/lazy_adam_quant.h"
 #include "fusekit/memory.h"
@@ -355,6 +356,14 @@ const char *set_guard_lost_v(Options &o, int64_t value) {
   return nullptr;
 }
 
+// The embedding-bag optimizers' pooling, shared by their bindings: mode 0 (sum) or 1 (mean).
+template <class Options>
+const char *set_pooling(Options &o, int64_t value) {
+  if (value != 0 && value != 1) return "must be 0 (sum) or 1 (mean)";
+  o.pooling = value == 1 ? PoolingMode::kMean : PoolingMode::kSum;
+  return nullptr;
+}
+
 template <>
 struct Binding<LazyAdam> {
   using Problem = LazyAdamProblem;
@@ -428,16 +437,47 @@ struct Binding<EmbeddingBagLazyAdam> {
                                                    {"beta2", &Options::beta2},
                                                    {"eps", &Options::epsilon, "epsilon"}};
   // mode: 0 sum, 1 mean (the pooling of the forward).
-  static const char *set_mode(Options &o, int64_t value) {
-    if (value != 0 && value != 1) return "must be 0 (sum) or 1 (mean)";
-    o.pooling = value == 1 ? PoolingMode::kMean : PoolingMode::kSum;
-    return nullptr;
-  }
-  static constexpr IntAttr<Options> kInts[] = {{"mode", nullptr, "pooling", &set_mode}};
+  static constexpr IntAttr<Options> kInts[] = {{"mode", nullptr, "pooling", &set_pooling<Options>}};
   static Tensors tensors(const TensorView *v) { return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}; }
   static Status run(const EmbeddingBagLazyAdam &plan, const Tensors &t, int64_t /*step*/, double lr,
                     void *ws, size_t bytes, Stats *stats) {
     EmbeddingBagLazyAdamScalars s;
+    s.lr = static_cast<float>(lr);
+    return plan.run(t, s, ws, bytes, stats);
+  }
+};
+
+template <>
+struct Binding<EmbeddingBagLazyAdamQuant> {
+  using Problem = EmbeddingBagLazyAdamQuantProblem;
+  using Tensors = EmbeddingBagLazyAdamQuantTensors;
+  using Options = EmbeddingBagLazyAdamQuantOptions;
+  using Stats = EmbeddingBagLazyAdamQuantStats;
+  static constexpr const char *kName = "embedding_bag_lazy_adam_quant";
+  static constexpr TensorArg kTensors[] = {{"grad_output", false},
+                                           {"indices", false},
+                                           {"offsets", false},
+                                           {"per_sample_weights", false, nullptr, true},
+                                           {"m", true},
+                                           {"v", true},
+                                           {"var", true},
+                                           {"qmap_m", false, "qmapM"},
+                                           {"qmap_v", false, "qmapV"},
+                                           {"absmax_m", true},
+                                           {"absmax_v", true}};
+  static constexpr FloatAttr<Options> kFloats[] = {{"beta1", &Options::beta1},
+                                                   {"beta2", &Options::beta2},
+                                                   {"eps", &Options::epsilon, "epsilon"}};
+  static constexpr IntAttr<Options> kInts[] = {
+      {"mode", nullptr, "pooling", &set_pooling<Options>},
+      {"state_format", nullptr, nullptr, &set_state_format<Options>},
+      {"guard_lost_v", nullptr, nullptr, &set_guard_lost_v<Options>}};
+  static Tensors tensors(const TensorView *v) {
+    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]};
+  }
+  static Status run(const EmbeddingBagLazyAdamQuant &plan, const Tensors &t, int64_t /*step*/,
+                    double lr, void *ws, size_t bytes, Stats *stats) {
+    EmbeddingBagLazyAdamQuantScalars s;
     s.lr = static_cast<float>(lr);
     return plan.run(t, s, ws, bytes, stats);
   }
@@ -834,6 +874,7 @@ NB_MODULE(_fusekit, mod) {
   bind_operator<ApplyAdamWQuant>(mod, "ApplyAdamWQuantPlan");
   bind_operator<AddLora>(mod, "AddLoraPlan");
   bind_operator<EmbeddingBagLazyAdam>(mod, "EmbeddingBagLazyAdamPlan");
+  bind_operator<EmbeddingBagLazyAdamQuant>(mod, "EmbeddingBagLazyAdamQuantPlan");
 
   mod.def(
       "create_dynamic_map",
@@ -854,9 +895,10 @@ NB_MODULE(_fusekit, mod) {
     if (op == "apply_adam_w_quant") return ApplyAdamWQuant::implementations();
     if (op == "add_lora") return AddLora::implementations();
     if (op == "embedding_bag_lazy_adam") return EmbeddingBagLazyAdam::implementations();
+    if (op == "embedding_bag_lazy_adam_quant") return EmbeddingBagLazyAdamQuant::implementations();
     raise_value("fusekit.implementations: no operator is named \"" + op +
                 "\" (lazy_adam, lazy_adam_quant, adam_w, apply_adam_w_quant, add_lora, "
-                "embedding_bag_lazy_adam)");
+                "embedding_bag_lazy_adam, embedding_bag_lazy_adam_quant)");
   });
   mod.def("set_num_threads", &set_num_threads, "n"_a);
   mod.def("get_num_threads", &num_threads);

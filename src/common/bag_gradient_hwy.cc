@@ -14,8 +14,9 @@ HWY_BEFORE_NAMESPACE();
 namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#include "common/bag_gradient_hwy-inl.h"
 #include "common/lazy_adam_rows_hwy-inl.h"
+// (after ForEachSpan)
+#include "common/bag_gradient_hwy-inl.h"
 
 int64_t BagRowGradientInto(const BagGradientArgs &a, const uint64_t *entries, int64_t k,
                            int64_t end, int64_t dim, float *g) {

@@ -21,8 +21,9 @@ namespace fusekit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // PrefetchRow, LazyAdamConsts, UpdateLanes, LanesFinite, ForEachSpan (LazyAdam's); BagRowGradient.
-#include "common/bag_gradient_hwy-inl.h"
 #include "common/lazy_adam_rows_hwy-inl.h"
+// (after ForEachSpan)
+#include "common/bag_gradient_hwy-inl.h"
 
 int64_t EmbeddingBagLazyAdamRows(const EmbeddingBagLazyAdamRowsArgs &a, int64_t begin, int64_t end,
                                  float *scratch) {

@@ -28,6 +28,7 @@
 #include "common/aclnn_test_util.h"
 #include "common/fp8_oracle.h"
 #include "common/half_floats.h"
+#include "common/lazy_adam_quant_oracle.h"
 #include "common/row_groups.h"
 #include "common/simd_targets.h"
 #include "common/test_util.h"
@@ -39,7 +40,7 @@ namespace {
 
 using namespace fusekit;           // the library under test
 using namespace fusekit::testing;  // tests/common
-using Map = std::array<float, 256>;
+using Map = QuantMap;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -86,25 +87,7 @@ std::pair<Map, Map> maps_of(Maps m) {
   }
 }
 
-// ---- the oracle --------------------------------------------------------------------------------
-int nearest_code(const Map &q, float x, bool sign_fix) {
-  if (std::isnan(x)) x = 0.0f;
-  int hi = static_cast<int>(std::lower_bound(q.begin(), q.end(), x) - q.begin());
-  if (hi == 256) hi = 255;
-  const int lo = std::max(hi - 1, 0);
-  const float d_hi = q[hi] - x, d_lo = x - q[lo];
-  const int pick = d_hi < d_lo ? hi : lo;
-  int code = static_cast<int>(std::lower_bound(q.begin(), q.end(), q[pick]) - q.begin());
-  if (sign_fix && q[0] < 0.0f && x * q[code] < 0.0f)
-    code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, 255);
-  return code;
-}
-
-// The value var holds after storing w (float32, or rounded to the 16-bit dtype).
-float stored(DType t, float w) {
-  return t == DType::kFloat32 ? w : widen(t, narrow(t, w));
-}
-
+// ---- the oracle: tests/common/lazy_adam_quant_oracle.h's row step ----------------------------
 // One problem: a table of R rows, D columns (row stride S >= D for var, m and v; the columns past
 // D hold values that must survive), absmax [R, B] with row stride SB >= B, a batch of N indices.
 struct Case {
@@ -219,8 +202,8 @@ struct OracleResult {
 
 OracleResult oracle(Case &c) {
   const float b1 = static_cast<float>(c.beta1), b2 = static_cast<float>(c.beta2);
-  const float e = static_cast<float>(c.eps);
-  const float omb1 = 1.0f - b1, omb2 = 1.0f - b2;
+  const QuantStepOracle o{
+      &c.qm, &c.qv, c.fp8(), c.guard, c.dtype, b1, b2, static_cast<float>(c.eps), c.lr};
   const int64_t D = c.dim;
   std::map<int64_t, std::vector<int64_t>> occurrences;  // row -> positions in order
   OracleResult res;
@@ -232,67 +215,19 @@ OracleResult oracle(Case &c) {
     occurrences[c.idx[static_cast<size_t>(i)]].push_back(i);
   }
   for (auto &[row, pos] : occurrences) {
-    std::vector<float> g(static_cast<size_t>(D)), mm(g.size()), vv(g.size()), ww(g.size());
+    std::vector<float> g(static_cast<size_t>(D));
     for (size_t k = 0; k < pos.size(); ++k) {
       for (int64_t j = 0; j < D; ++j) {
         const float x = c.grad.get(static_cast<size_t>(pos[k] * D + j));
         g[static_cast<size_t>(j)] = k == 0 ? x : g[static_cast<size_t>(j)] + x;
       }
     }
-    bool finite = true;
-    for (int64_t j = 0; j < D; ++j) {
-      const size_t u = static_cast<size_t>(j);
-      const int64_t b = j / 256;
-      float m, v;
-      if (c.fp8()) {
-        m = kOracleE4M3.decode(c.m[c.at(row, j)]) * c.am[c.bat(row, b)];
-        const float s = kOracleUE4M4.decode(c.v[c.at(row, j)]) * c.av[c.bat(row, b)];
-        v = s * s;
-      } else {
-        m = c.qm[c.m[c.at(row, j)]] * c.am[c.bat(row, b)];
-        v = c.qv[c.v[c.at(row, j)]] * c.av[c.bat(row, b)];
-      }
-      if (c.guard && v == 0.0f && m != 0.0f) v = m * m;  // the lost-v guard
-      m = m * b1 + g[u] * omb1;
-      v = std::fabs(v * b2 + (g[u] * g[u]) * omb2);
-      const float d = std::sqrt(v) + e;
-      const float w = c.var.get(c.at(row, j)) + (m * -c.lr) / d;
-      finite = finite && std::isfinite(m) && std::isfinite(v) && std::isfinite(stored(c.dtype, w));
-      mm[u] = m;
-      vv[u] = c.fp8() ? std::sqrt(v) : v;  // the FP8 format codes sqrt(v)
-      ww[u] = w;
-    }
-    if (!finite) {
-      ++res.skipped;
-      continue;
-    }
-    ++res.updated;
-    for (int64_t j = 0; j < D; ++j) c.var.set(c.at(row, j), ww[static_cast<size_t>(j)]);
-    for (int64_t b = 0; b * 256 < D; ++b) {
-      const int64_t lo = b * 256, hi = std::min<int64_t>(D, lo + 256);
-      if (c.fp8()) {
-        uint8_t codes[256];
-        c.am[c.bat(row, b)] = kOracleE4M3.code_block(&mm[static_cast<size_t>(lo)], hi - lo, codes);
-        for (int64_t j = lo; j < hi; ++j) c.m[c.at(row, j)] = codes[j - lo];
-        c.av[c.bat(row, b)] = kOracleUE4M4.code_block(&vv[static_cast<size_t>(lo)], hi - lo, codes);
-        for (int64_t j = lo; j < hi; ++j) c.v[c.at(row, j)] = codes[j - lo];
-        continue;
-      }
-      float am = 0.0f, av = 0.0f;
-      for (int64_t j = lo; j < hi; ++j) {
-        am = std::max(am, std::fabs(mm[static_cast<size_t>(j)]));
-        av = std::max(av, vv[static_cast<size_t>(j)]);
-      }
-      c.am[c.bat(row, b)] = am;
-      c.av[c.bat(row, b)] = av;
-      const float dm = am == 0.0f ? 1.0f : am, dv = av == 0.0f ? 1.0f : av;
-      for (int64_t j = lo; j < hi; ++j) {
-        c.m[c.at(row, j)] =
-            static_cast<uint8_t>(nearest_code(c.qm, mm[static_cast<size_t>(j)] / dm, true));
-        c.v[c.at(row, j)] =
-            static_cast<uint8_t>(nearest_code(c.qv, vv[static_cast<size_t>(j)] / dv, false));
-      }
-    }
+    const int64_t r = row;
+    const bool updated = quant_step_oracle_row(
+        o, g.data(), D, [&](int64_t j) { return c.var.get(c.at(r, j)); },
+        [&](int64_t j, float w) { c.var.set(c.at(r, j), w); }, &c.m[c.at(r, 0)], &c.v[c.at(r, 0)],
+        &c.am[c.bat(r, 0)], &c.av[c.bat(r, 0)]);
+    ++(updated ? res.updated : res.skipped);
   }
   return res;
 }
