@@ -68,15 +68,17 @@ def embedding_bag_lazy_adam_golden(grad_output, indices, offsets, per_sample_wei
                        beta2, eps, mode)
 
 
-def _golden(grad_output, indices, offsets, per_sample_weights, m, v, var, lr, beta1, beta2, eps,
-            mode):
-    b1, b2, e, lr = F32(beta1), F32(beta2), F32(eps), F32(lr)
-    omb1, omb2 = F32(1) - b1, F32(1) - b2
-    m, v, var = m.copy(), v.copy(), var.copy()
+def bag_row_gradients(grad_output, indices, offsets, per_sample_weights, mode):
+    """The gradient of each row the bags look up (the doc's definition): returns (rows, g), the
+    distinct rows in ascending order and g float32 [len(rows), D], each row's contributions
+    x_i = grad_output[b_i] * c_i summed in order of occurrence, left to right. Shared with
+    golden/embedding_bag_lazy_adam_quant.py (the 8-bit twin: the same gradient, LazyAdamQuant's
+    step)."""
     idx = indices.astype(np.int64).ravel()
     L = len(idx)
-    if L == 0 or m.shape[1] == 0:
-        return m, v, var, 0, 0
+    D = grad_output.shape[1]
+    if L == 0:
+        return idx, np.zeros((0, D), F32)
     lengths = np.diff(offsets.astype(np.int64))
     bag_of = np.repeat(np.arange(len(lengths)), lengths)
     if mode == "mean":
@@ -100,6 +102,19 @@ def _golden(grad_output, indices, offsets, per_sample_weights, m, v, var, lr, be
     for k in range(1, int(counts.max())):
         sel = counts > k
         g[sel] = g[sel] + x[order[starts[sel] + k]]
+    return rows, g
+
+
+def _golden(grad_output, indices, offsets, per_sample_weights, m, v, var, lr, beta1, beta2, eps,
+            mode):
+    b1, b2, e, lr = F32(beta1), F32(beta2), F32(eps), F32(lr)
+    omb1, omb2 = F32(1) - b1, F32(1) - b2
+    m, v, var = m.copy(), v.copy(), var.copy()
+    if mode not in ("sum", "mean"):
+        raise ValueError(f"mode = {mode!r} must be 'sum' or 'mean'")
+    if indices.size == 0 or m.shape[1] == 0:
+        return m, v, var, 0, 0
+    rows, g = bag_row_gradients(grad_output, indices, offsets, per_sample_weights, mode)
     finite = np.all(np.isfinite(g), axis=1)
     skipped = int(np.sum(~finite))
     rows, g = rows[finite], g[finite]

@@ -134,8 +134,7 @@ struct Shape {
 
 // Random bags (some empty), ids in [0, id_range) (a small range: duplicates within and across
 // bags), random codes and block scales (some zero: the lost-v guard's case), var in dtype t.
-Case make_case(uint64_t salt, const Shape &sh, State state, Mode mode,
-               DType t = DType::kFloat32) {
+Case make_case(uint64_t salt, const Shape &sh, State state, Mode mode, DType t = DType::kFloat32) {
   auto rng = rng_for(salt);
   Case c;
   c.bags = sh.bags;
@@ -157,8 +156,8 @@ Case make_case(uint64_t salt, const Shape &sh, State state, Mode mode,
     c.off.push_back(static_cast<int64_t>(c.idx.size()));
   }
   c.lookups = static_cast<int64_t>(c.idx.size());
-  c.grad = uniform(rng, static_cast<size_t>(std::max<int64_t>(c.bags * c.grad_stride, 1)), -1.f,
-                   1.f);
+  c.grad =
+      uniform(rng, static_cast<size_t>(std::max<int64_t>(c.bags * c.grad_stride, 1)), -1.f, 1.f);
   if (mode.weighted) c.weights = uniform(rng, static_cast<size_t>(c.lookups), -1.5f, 1.5f);
   const auto cells = static_cast<size_t>(std::max<int64_t>(c.rows * c.stride, 1));
   c.var = FloatBuf(t, uniform(rng, cells, -2.f, 2.f));
@@ -594,8 +593,7 @@ TEST(EmbeddingBagLazyAdamQuantPlan, APlanForTheTableRunsBatchesOfAnySize) {
       ASSERT_TRUE(st.ok()) << st.message();
       expect_same(got, want);
       if (got.lookups > 0) {
-        const Status small =
-            plan.run(t, {.lr = got.lr, .lr_tensor = {}}, ws.data(), ws.size() - 1);
+        const Status small = plan.run(t, {.lr = got.lr, .lr_tensor = {}}, ws.data(), ws.size() - 1);
         EXPECT_NE(small.message().find("workspace"), std::string::npos) << small.message();
       }
     }
@@ -650,8 +648,9 @@ TEST(EmbeddingBagLazyAdamQuantRefusals, DataRefusedBeforeAnythingIsWritten) {
     const auto none = [](auto &, auto &, auto &, auto &) {};
     Case hi = c;
     hi.idx[17] = 50;
-    expect_refused(hi, "EmbeddingBagLazyAdamQuant: indices[17] = 50 but the table has 50 rows; "
-                       "nothing was modified",
+    expect_refused(hi,
+                   "EmbeddingBagLazyAdamQuant: indices[17] = 50 but the table has 50 rows; "
+                   "nothing was modified",
                    none);
     Case neg = c;
     neg.idx[19] = 50;
@@ -671,10 +670,10 @@ TEST(EmbeddingBagLazyAdamQuantRefusals, DataRefusedBeforeAnythingIsWritten) {
   }
   Case c = make_case(31, {20, 4, 50, 50, 8}, State::kDynamic, kModes[0]);
   // (The maps are checked by LazyAdamQuant's code, which names them as its aclnn call does.)
-  expect_refused(c, "qmapV[41] = ", [](Case &cc, auto &, auto &, auto &) {
-    cc.qv[41] = cc.qv[40] - 0.01f;
-  });
-  expect_refused(c, "qmapM[3] = nan is not finite", [](Case &cc, auto &, auto &, auto &) { cc.qm[3] = kNaN; });
+  expect_refused(
+      c, "qmapV[41] = ", [](Case &cc, auto &, auto &, auto &) { cc.qv[41] = cc.qv[40] - 0.01f; });
+  expect_refused(c, "qmapM[3] = nan is not finite",
+                 [](Case &cc, auto &, auto &, auto &) { cc.qm[3] = kNaN; });
 }
 
 TEST(EmbeddingBagLazyAdamQuantRefusals, ShapesDtypesAndStateFormats) {
@@ -687,17 +686,18 @@ TEST(EmbeddingBagLazyAdamQuantRefusals, ShapesDtypesAndStateFormats) {
                  [](auto &, auto &t, auto &, auto &) { t.absmax_m.shape[1] = 2; });
   expect_refused(c, "m has dtype float32; uint8 is required",
                  [](auto &, auto &t, auto &, auto &) { t.m = t.absmax_m; });
-  expect_refused(c, "grad_output has 8 columns but the table has 7",
-                 [](auto &, auto &t, auto &, auto &) {
-                   t.m.shape[1] = t.v.shape[1] = t.var.shape[1] = 7;
+  expect_refused(
+      c, "grad_output has 8 columns but the table has 7",
+      [](auto &, auto &t, auto &, auto &) { t.m.shape[1] = t.v.shape[1] = t.var.shape[1] = 7; });
+  expect_refused(c, "pooling = 2",
+                 [](auto &, auto &, auto &o, auto &) { o.pooling = static_cast<PoolingMode>(2); });
+  expect_refused(c, "m and v overlap in memory",
+                 [](auto &, auto &t, auto &, auto &) { t.v = t.m; });
+  expect_refused(c, "qmapM is float32 [256] but the fp8 state format has no map",
+                 [](auto &, auto &, auto &o, auto &) {
+                   o.state_format =
+                       QuantStateFormat::kFp8;  // with maps given: the fp8 format has none
                  });
-  expect_refused(c, "pooling = 2", [](auto &, auto &, auto &o, auto &) {
-    o.pooling = static_cast<PoolingMode>(2);
-  });
-  expect_refused(c, "m and v overlap in memory", [](auto &, auto &t, auto &, auto &) { t.v = t.m; });
-  expect_refused(c, "qmapM is float32 [256] but the fp8 state format has no map", [](auto &, auto &, auto &o, auto &) {
-    o.state_format = QuantStateFormat::kFp8;  // with maps given: the fp8 format has none
-  });
 }
 
 }  // namespace
