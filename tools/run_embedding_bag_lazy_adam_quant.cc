@@ -20,7 +20,8 @@ int main(int argc, char **argv) {
   const bool weighted = p.integer("weighted") != 0;
   const bool fp8 = p.str("state_format") == "fp8";
   if (!fp8 && p.str("state_format") != "dynamic_map") {
-    fusekit::tools::die("state_format = " + p.str("state_format") + ": expected dynamic_map or fp8");
+    fusekit::tools::die("state_format = " + p.str("state_format") +
+                        ": expected dynamic_map or fp8");
   }
 
   DeviceTensor grad = run.input("grad_output", {bags, dim}, ACL_FLOAT);
@@ -37,7 +38,8 @@ int main(int argc, char **argv) {
   using fusekit::DType;
   using fusekit::TensorView;
   // The golden's maps are bitsandbytes' dynamic maps, which fusekit makes the same way.
-  const auto qmap_m = fusekit::create_dynamic_map(true), qmap_v = fusekit::create_dynamic_map(false);
+  const auto qmap_m = fusekit::create_dynamic_map(true),
+             qmap_v = fusekit::create_dynamic_map(false);
   fusekit::EmbeddingBagLazyAdamQuantTensors t;
   t.grad_output = TensorView::contiguous(grad.ptr, DType::kFloat32, {bags, dim});
   t.indices = TensorView::contiguous(idx.ptr, DType::kInt64, {lookups});
@@ -78,24 +80,22 @@ int main(int argc, char **argv) {
                         std::to_string(stats.rows_skipped_nonfinite) + ", the golden's " +
                         p.str("rows_updated") + " / " + p.str("rows_skipped"));
   }
-  fusekit::tools::write_outputs(dir, {{&m, "m"},
-                                      {&v, "v"},
-                                      {&var, "var"},
-                                      {&am, "absmax_m"},
-                                      {&av, "absmax_v"}});
+  fusekit::tools::write_outputs(
+      dir, {{&m, "m"}, {&v, "v"}, {&var, "var"}, {&am, "absmax_m"}, {&av, "absmax_v"}});
   // Bytes: per updated row var read and written, both code rows and both scale rows read and
   // written; grad_output, ids, offsets, weights read.
   const double d = static_cast<double>(dim);
-  const double bytes =
-      static_cast<double>(stats.rows_updated) * (8.0 * d + 4.0 * d + 16.0 * static_cast<double>(blocks)) +
-      static_cast<double>(bags) * 4.0 * d + static_cast<double>(lookups) * (weighted ? 12.0 : 8.0) +
-      static_cast<double>(bags + 1) * 8.0;
+  const double bytes = static_cast<double>(stats.rows_updated) *
+                           (8.0 * d + 4.0 * d + 16.0 * static_cast<double>(blocks)) +
+                       static_cast<double>(bags) * 4.0 * d +
+                       static_cast<double>(lookups) * (weighted ? 12.0 : 8.0) +
+                       static_cast<double>(bags + 1) * 8.0;
   const fusekit::tools::SteadySeconds steady = call.steady();
   char shape[160];
   std::snprintf(shape, sizeof shape, "R=%lld D=%lld B=%lld L=%lld %s%s %s",
                 static_cast<long long>(rows), static_cast<long long>(dim),
-                static_cast<long long>(bags), static_cast<long long>(lookups), p.str("mode").c_str(),
-                weighted ? " weighted" : "", fp8 ? "fp8" : "dynamic_map");
+                static_cast<long long>(bags), static_cast<long long>(lookups),
+                p.str("mode").c_str(), weighted ? " weighted" : "", fp8 ? "fp8" : "dynamic_map");
   fusekit::tools::write_run_stats(dir, call, first, steady, bytes, "GB/s", shape);
   for (auto *x : {&grad, &idx, &off, &m, &v, &var, &am, &av}) fusekit::tools::release(*x);
   if (weighted) fusekit::tools::release(w);

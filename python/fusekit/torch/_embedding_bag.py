@@ -176,10 +176,11 @@ class FusedEmbeddingBag(nn.Module):
             self.register_buffer("qmap2", torch.from_numpy(fusekit.create_dynamic_map(False)))
 
     def state_bytes(self) -> int:
-        """Bytes of optimizer state (the moments: codes and scales, or float32 m and v; the maps
-        and the step counter not counted), as SparseAdam8bit's ``state_bytes`` counts a table's."""
+        """Bytes of optimizer state: codes, scales and maps (or float32 m and v), as
+        ``SparseAdam8bit.state_bytes()`` counts those of an optimizer over this one table (the step
+        counter not counted)."""
         names = (("exp_avg", "exp_avg_sq") if self.state == "fp32" else
-                 ("state1", "state2", "scale1", "scale2", "absmax1", "absmax2"))
+                 ("state1", "state2", "scale1", "scale2", "absmax1", "absmax2", "qmap1", "qmap2"))
         return sum(t.numel() * t.element_size() for n, t in self.named_buffers() if n in names)
 
     def extra_repr(self) -> str:
