@@ -27,6 +27,7 @@
 #include "apply_adam_w_quant/apply_adam_w_quant_impl.h"
 #include "common/test_util.h"
 #include "embedding_bag_lazy_adam/embedding_bag_lazy_adam_impl.h"
+#include "embedding_bag_lazy_adam_quant/embedding_bag_lazy_adam_quant_impl.h"
 #include "fusekit/quant_map.h"
 #include "lazy_adam/lazy_adam_impl.h"
 #include "lazy_adam_quant/lazy_adam_quant_impl.h"
@@ -111,49 +112,114 @@ struct Seam<LazyAdamQuantOp> {
   }
 };
 
-// EmbeddingBagLazyAdam: the batch is bound per run, so every case has its own number of bags and
-// lookups (a plan made for one batch runs the others); weighted mean pooling, duplicates within
-// and across bags, empty bags.
+// The embedding-bag optimizers: the batch is bound per run, so every case has its own number of
+// bags and lookups (a plan made for one batch runs the others); weighted mean pooling, duplicates
+// within and across bags, empty bags.
+struct BagCase {
+  int64_t bags = 0, lookups = 0;
+  std::vector<float> grad, w;
+  std::vector<int64_t> idx, off;
+  static BagCase make(std::mt19937_64 &rng, int64_t rows, int64_t dim) {
+    BagCase d;
+    d.bags = 5 + static_cast<int64_t>(rng() % 20);
+    d.off.push_back(0);
+    for (int64_t b = 0; b < d.bags; ++b) {
+      const auto n = static_cast<int64_t>(rng() % 5);  // 0 .. 4 ids
+      const auto ids = indices<int64_t>(rng, static_cast<size_t>(n), 0, rows - 1);
+      d.idx.insert(d.idx.end(), ids.begin(), ids.end());
+      d.off.push_back(static_cast<int64_t>(d.idx.size()));
+    }
+    d.lookups = static_cast<int64_t>(d.idx.size());
+    d.grad = floats(rng, static_cast<size_t>(d.bags * dim), -1, 1);
+    d.w = floats(rng, static_cast<size_t>(d.lookups), -1, 1);
+    return d;
+  }
+  // grad_output, indices, offsets, per_sample_weights.
+  std::array<TensorView, 4> views(int64_t dim) {
+    return {TensorView::of(grad.data(), {bags, dim}), TensorView::of(idx.data(), {lookups}),
+            TensorView::of(off.data(), {bags + 1}), TensorView::of(w.data(), {lookups})};
+  }
+};
+template <class Options>
+Options mean_pooling() {
+  Options o;
+  o.pooling = PoolingMode::kMean;
+  return o;
+}
+
 template <>
 struct Seam<EmbeddingBagLazyAdamOp> {
   using Plan = EmbeddingBagLazyAdam;
   static constexpr int64_t R = 30, D = 37;
-  struct Data {
-    int64_t bags = 0, lookups = 0;
-    std::vector<float> grad, w, m, v, var;
-    std::vector<int64_t> idx, off;
+  struct Data : BagCase {
+    std::vector<float> m, v, var;
     EmbeddingBagLazyAdamTensors tensors() {
-      return {TensorView::of(grad.data(), {bags, D}), TensorView::of(idx.data(), {lookups}),
-              TensorView::of(off.data(), {bags + 1}), TensorView::of(w.data(), {lookups}),
-              TensorView::of(m.data(), {R, D}),       TensorView::of(v.data(), {R, D}),
+      const auto [go, ids, offs, psw] = views(D);
+      return {go,
+              ids,
+              offs,
+              psw,
+              TensorView::of(m.data(), {R, D}),
+              TensorView::of(v.data(), {R, D}),
               TensorView::of(var.data(), {R, D})};
     }
   };
   static Data make(std::mt19937_64 &rng) {
     Data d;
-    d.bags = 5 + static_cast<int64_t>(rng() % 20);
-    d.off.push_back(0);
-    for (int64_t b = 0; b < d.bags; ++b) {
-      const auto n = static_cast<int64_t>(rng() % 5);  // 0 .. 4 ids
-      const auto ids = indices<int64_t>(rng, static_cast<size_t>(n), 0, R - 1);
-      d.idx.insert(d.idx.end(), ids.begin(), ids.end());
-      d.off.push_back(static_cast<int64_t>(d.idx.size()));
-    }
-    d.lookups = static_cast<int64_t>(d.idx.size());
-    d.grad = floats(rng, static_cast<size_t>(d.bags * D), -1, 1);
-    d.w = floats(rng, static_cast<size_t>(d.lookups), -1, 1);
+    static_cast<BagCase &>(d) = BagCase::make(rng, R, D);
     d.m = floats(rng, R * D, -0.1f, 0.1f);
     d.v = floats(rng, R * D, 0, 0.01f);
     d.var = floats(rng, R * D, -1, 1);
     return d;
   }
   static EmbeddingBagLazyAdamOptions options() {
-    EmbeddingBagLazyAdamOptions o;
-    o.pooling = PoolingMode::kMean;
-    return o;
+    return mean_pooling<EmbeddingBagLazyAdamOptions>();
   }
   static Status run(const Plan &p, const EmbeddingBagLazyAdamTensors &t, void *ws, size_t n) {
     return p.run(t, EmbeddingBagLazyAdamScalars{.lr = 0.01f, .lr_tensor = {}}, ws, n);
+  }
+};
+
+// EmbeddingBagLazyAdamQuant: the bags of EmbeddingBagLazyAdam's case on LazyAdamQuant's state (two
+// absmax blocks per row); in the FP8 format below too.
+template <>
+struct Seam<EmbeddingBagLazyAdamQuantOp> {
+  using Plan = EmbeddingBagLazyAdamQuant;
+  static constexpr int64_t R = 30, D = 300, B = 2;
+  struct Data : BagCase {
+    std::vector<float> var, am, av;
+    std::vector<uint8_t> m, v;
+    std::array<float, kQuantMapSize> qm = create_dynamic_map(true), qv = create_dynamic_map(false);
+    EmbeddingBagLazyAdamQuantTensors tensors() {
+      const auto [go, ids, offs, psw] = views(D);
+      return {go,
+              ids,
+              offs,
+              psw,
+              TensorView::of(m.data(), {R, D}),
+              TensorView::of(v.data(), {R, D}),
+              TensorView::of(var.data(), {R, D}),
+              TensorView::of(qm.data(), {kQuantMapSize}),
+              TensorView::of(qv.data(), {kQuantMapSize}),
+              TensorView::of(am.data(), {R, B}),
+              TensorView::of(av.data(), {R, B})};
+    }
+  };
+  static Data make(std::mt19937_64 &rng) {
+    Data d;
+    static_cast<BagCase &>(d) = BagCase::make(rng, R, D);
+    d.var = floats(rng, R * D, -1, 1);
+    d.am = floats(rng, R * B, 0.01f, 0.1f);
+    d.av = floats(rng, R * B, 1e-4f, 1e-3f);
+    d.m = codes(rng, R * D);
+    d.v = codes(rng, R * D);
+    return d;
+  }
+  static EmbeddingBagLazyAdamQuantOptions options() {
+    return mean_pooling<EmbeddingBagLazyAdamQuantOptions>();
+  }
+  static Status run(const Plan &p, const EmbeddingBagLazyAdamQuantTensors &t, void *ws, size_t n) {
+    return p.run(t, EmbeddingBagLazyAdamQuantScalars{.lr = 0.01f, .lr_tensor = {}}, ws, n);
   }
 };
 
@@ -225,6 +291,9 @@ struct LazyAdamQuantFp8Op : LazyAdamQuantOp {
 struct ApplyAdamWQuantFp8Op : ApplyAdamWQuantOp {
   static constexpr const char *kName = "ApplyAdamWQuantFp8";
 };
+struct EmbeddingBagLazyAdamQuantFp8Op : EmbeddingBagLazyAdamQuantOp {
+  static constexpr const char *kName = "EmbeddingBagLazyAdamQuantFp8";
+};
 template <class Base>
 struct SeamFp8 : Seam<Base> {
   struct Data : Seam<Base>::Data {
@@ -249,6 +318,8 @@ template <>
 struct Seam<LazyAdamQuantFp8Op> : SeamFp8<LazyAdamQuantOp> {};
 template <>
 struct Seam<ApplyAdamWQuantFp8Op> : SeamFp8<ApplyAdamWQuantOp> {};
+template <>
+struct Seam<EmbeddingBagLazyAdamQuantFp8Op> : SeamFp8<EmbeddingBagLazyAdamQuantOp> {};
 
 // The options a case's plans start from: the operator's defaults, or its Seam's options().
 template <class Op>
@@ -370,7 +441,8 @@ class SeamTest : public ::testing::Test {
 
 using Operators =
     ::testing::Types<LazyAdamOp, LazyAdamQuantOp, AdamWOp, ApplyAdamWQuantOp, AddLoraOp,
-                     LazyAdamQuantFp8Op, ApplyAdamWQuantFp8Op, EmbeddingBagLazyAdamOp>;
+                     LazyAdamQuantFp8Op, ApplyAdamWQuantFp8Op, EmbeddingBagLazyAdamOp,
+                     EmbeddingBagLazyAdamQuantOp, EmbeddingBagLazyAdamQuantFp8Op>;
 class OperatorNames {
  public:
   template <class Op>
