@@ -15,12 +15,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "common/bags.h"
 #include "common/ceilings.h"
-#include "common/fill.h"
 #include "common/parallel.h"
 #include "fusekit/embedding_bag_lazy_adam.h"
 #include "fusekit/lazy_adam.h"
@@ -33,15 +32,8 @@ using fusekit::bench::DeviceBuffer;
 
 constexpr int64_t kRows = 1'000'000, kDim = 32, kBags = 8192;
 
-void fill_uniform(float *p, int64_t n, uint64_t seed, float lo, float hi) {
-  fusekit::bench::xorshift_fill(n, seed, [&](int64_t i, uint64_t x) {
-    p[i] = lo + (hi - lo) * fusekit::bench::unit_float(x);
-  });
-}
-
-double seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using fusekit::bench::fill_uniform;
+using fusekit::bench::seconds_since;
 
 void BM_EmbeddingBagLazyAdam(benchmark::State &state) {
   const int lo = static_cast<int>(state.range(0)), hi = static_cast<int>(state.range(1));
@@ -53,21 +45,11 @@ void BM_EmbeddingBagLazyAdam(benchmark::State &state) {
   fill_uniform(var.as<float>(), kRows * kDim, 3, -1.0f, 1.0f);
 
   // The batch: B bags of lo .. hi ids, uniform over the table.
-  std::mt19937_64 rng(7);
-  std::uniform_int_distribution<int> len(lo, hi);
-  std::uniform_int_distribution<int64_t> id(0, kRows - 1);
-  std::vector<int64_t> offsets{0}, indices;
-  for (int64_t b = 0; b < kBags; ++b) {
-    for (int k = len(rng); k > 0; --k) indices.push_back(id(rng));
-    offsets.push_back(static_cast<int64_t>(indices.size()));
-  }
-  const auto lookups = static_cast<int64_t>(indices.size());
-  std::vector<float> grad_output(static_cast<size_t>(kBags * kDim)), weights;
-  fill_uniform(grad_output.data(), kBags * kDim, 4, -1.0f, 1.0f);
-  if (mean) {
-    weights.resize(static_cast<size_t>(lookups));
-    fill_uniform(weights.data(), lookups, 5, 0.5f, 1.5f);
-  }
+  fusekit::bench::BagBatch batch = fusekit::bench::make_bag_batch(kRows, kDim, kBags, lo, hi, mean);
+  const std::vector<int64_t> &offsets = batch.offsets;
+  std::vector<int64_t> &indices = batch.indices;
+  std::vector<float> &grad_output = batch.grad_output, &weights = batch.weights;
+  const int64_t lookups = batch.lookups();
 
   // The fused step: a plan for the table, run on this batch.
   fusekit::EmbeddingBagLazyAdamTensors t;
@@ -133,10 +115,10 @@ void BM_EmbeddingBagLazyAdam(benchmark::State &state) {
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(unfused().ok());
-    t_unfused.push_back(seconds(t0));
+    t_unfused.push_back(seconds_since(t0));
     t0 = std::chrono::steady_clock::now();
     st = plan.run(t, {.lr = 1e-3f, .lr_tensor = {}}, ws.data(), ws.size(), &stats);
-    t_fused.push_back(seconds(t0));
+    t_fused.push_back(seconds_since(t0));
     if (!st.ok()) {
       state.SkipWithError(st.message().c_str());
       return;

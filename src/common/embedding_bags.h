@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/plan.h"
 #include "common/row_groups.h"
 #include "common/verbose.h"
 #include "fusekit/embedding_bag_lazy_adam.h"  // PoolingMode
@@ -47,6 +48,18 @@ Tensors bag_batch_desc(Tensors planned, const Tensors &bound) {
     }
   }
   return planned;
+}
+
+// The plan classes' workspace_size(bags, lookups): the workspace of a run on a batch of `bags` bags
+// and `lookups` lookups (the plan's tensors with those batch sizes).
+template <class Op>
+size_t bag_batch_workspace_bytes(const PlanStateOf<Op> &s, int64_t bags, int64_t lookups) {
+  typename Op::Tensors t = s.problem.desc;
+  t.grad_output.shape[0] = bags;
+  t.indices.shape[0] = lookups;
+  t.offsets.shape[0] = bags + 1;
+  if (s.problem.weighted) t.per_sample_weights.shape[0] = lookups;
+  return run_workspace_bytes<Op>(s, t);
 }
 
 // Bind time: the batch's own rules (offsets B + 1 entries, per_sample_weights L, sizes within

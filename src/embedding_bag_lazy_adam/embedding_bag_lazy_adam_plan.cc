@@ -94,12 +94,7 @@ size_t EmbeddingBagLazyAdam::workspace_size(const EmbeddingBagLazyAdamTensors &t
 }
 
 size_t EmbeddingBagLazyAdam::workspace_size(int64_t bags, int64_t lookups) const {
-  EmbeddingBagLazyAdamTensors t = state_.problem.desc;
-  t.grad_output.shape[0] = bags;
-  t.indices.shape[0] = lookups;
-  t.offsets.shape[0] = bags + 1;
-  if (state_.problem.weighted) t.per_sample_weights.shape[0] = lookups;
-  return run_workspace_bytes<Op>(state_, t);
+  return bag_batch_workspace_bytes<Op>(state_, bags, lookups);
 }
 
 Status EmbeddingBagLazyAdam::run(const EmbeddingBagLazyAdamTensors &tensors,

@@ -26,6 +26,7 @@
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
 #include "common/fp8_oracle.h"
 #include "common/half_floats.h"
+#include "common/lazy_adam_quant_oracle.h"
 #include "common/simd_targets.h"
 #include "common/test_util.h"
 #include "fusekit/apply_adam_w_quant.h"
@@ -63,18 +64,7 @@ Map dynamic_oracle(bool is_signed) {
 }
 
 // ---- the oracle --------------------------------------------------------------------------------
-int nearest_code(const Map &q, float x, bool sign_fix) {
-  if (std::isnan(x)) x = 0.0f;
-  int hi = static_cast<int>(std::lower_bound(q.begin(), q.end(), x) - q.begin());
-  if (hi == 256) hi = 255;
-  const int lo = std::max(hi - 1, 0);
-  const float d_hi = q[hi] - x, d_lo = x - q[lo];
-  const int pick = d_hi < d_lo ? hi : lo;
-  int code = static_cast<int>(std::lower_bound(q.begin(), q.end(), q[pick]) - q.begin());
-  if (sign_fix && q[0] < 0.0f && x * q[code] < 0.0f)
-    code = std::clamp(code + (x > 0.0f ? 1 : -1), 0, 255);
-  return code;
-}
+// nearest_code: tests/common/lazy_adam_quant_oracle.h (ApplyAdamWQuant's rule, written once).
 
 struct Hyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0, eps = 1e-8, gnorm = 1.0;
@@ -115,10 +105,7 @@ struct State {
   Map qm, qv;
 };
 
-// The value var holds after storing w (float32, or rounded to the 16-bit dtype).
-float stored(DType t, float w) {
-  return t == DType::kFloat32 ? w : widen(t, narrow(t, w));
-}
+// stored: tests/common/lazy_adam_quant_oracle.h.
 
 // Returns the number of skipped blocks: a block whose gradient, or whose new m, v, absmax or var
 // (as stored) would be NaN or Inf, is left as it is.
@@ -295,28 +282,8 @@ ApplyAdamWQuantOptions options_of(const Hyper &h, const Way &w) {
 // Bitwise var and absmax, exact codes (the spec's one-step allowance is never needed here: both
 // sides perform the same float32 operations).
 void expect_same(const State &got, const State &want) {
-  size_t bad = 0;
-  for (size_t i = 0; i < got.var.size() && bad < 5; ++i) {
-    if (got.var.bits(i) != want.var.bits(i)) {
-      ADD_FAILURE() << "var[" << i << "]: got " << got.var.get(i) << " want " << want.var.get(i);
-      ++bad;
-    }
-  }
-  for (size_t i = 0; i < got.m.size() && bad < 10; ++i) {
-    if (got.m[i] != want.m[i] || got.v[i] != want.v[i]) {
-      ADD_FAILURE() << "codes[" << i << "]: got m " << int{got.m[i]} << " v " << int{got.v[i]}
-                    << ", want m " << int{want.m[i]} << " v " << int{want.v[i]};
-      ++bad;
-    }
-  }
-  for (size_t b = 0; b < got.absmax_m.size() && bad < 15; ++b) {
-    if (!fusekit::testing::bits_equal(got.absmax_m[b], want.absmax_m[b]) ||
-        !fusekit::testing::bits_equal(got.absmax_v[b], want.absmax_v[b])) {
-      ADD_FAILURE() << "absmax[" << b << "]: got " << got.absmax_m[b] << ", " << got.absmax_v[b]
-                    << " want " << want.absmax_m[b] << ", " << want.absmax_v[b];
-      ++bad;
-    }
-  }
+  expect_same_quant_state(got.var, want.var, got.m, want.m, got.v, want.v, got.absmax_m,
+                          want.absmax_m, got.absmax_v, want.absmax_v);
 }
 
 // ================================================================================================

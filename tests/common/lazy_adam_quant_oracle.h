@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "common/fp8_oracle.h"
 #include "common/half_floats.h"
@@ -105,6 +108,40 @@ bool quant_step_oracle_row(const QuantStepOracle &o, const float *g, int64_t D, 
     }
   }
   return true;
+}
+
+// Bitwise var and block scales, exact codes (the 8-bit optimizers' tests: ApplyAdamWQuant's,
+// EmbeddingBagLazyAdamQuant's); at most five failures of each kind are reported.
+inline void expect_same_quant_state(const FloatBuf &var, const FloatBuf &want_var,
+                                    const std::vector<uint8_t> &m,
+                                    const std::vector<uint8_t> &want_m,
+                                    const std::vector<uint8_t> &v,
+                                    const std::vector<uint8_t> &want_v,
+                                    const std::vector<float> &am, const std::vector<float> &want_am,
+                                    const std::vector<float> &av,
+                                    const std::vector<float> &want_av) {
+  size_t bad = 0;
+  for (size_t i = 0; i < var.size() && bad < 5; ++i) {
+    if (var.bits(i) != want_var.bits(i)) {
+      ADD_FAILURE() << "var[" << i << "]: got " << var.get(i) << " want " << want_var.get(i);
+      ++bad;
+    }
+  }
+  for (size_t i = 0; i < m.size() && bad < 10; ++i) {
+    if (m[i] != want_m[i] || v[i] != want_v[i]) {
+      ADD_FAILURE() << "codes[" << i << "]: got m " << int{m[i]} << " v " << int{v[i]}
+                    << ", want m " << int{want_m[i]} << " v " << int{want_v[i]};
+      ++bad;
+    }
+  }
+  for (size_t b = 0; b < am.size() && bad < 15; ++b) {
+    if (std::bit_cast<uint32_t>(am[b]) != std::bit_cast<uint32_t>(want_am[b]) ||
+        std::bit_cast<uint32_t>(av[b]) != std::bit_cast<uint32_t>(want_av[b])) {
+      ADD_FAILURE() << "absmax[" << b << "]: got " << am[b] << ", " << av[b] << " want "
+                    << want_am[b] << ", " << want_av[b];
+      ++bad;
+    }
+  }
 }
 
 }  // namespace fusekit::testing

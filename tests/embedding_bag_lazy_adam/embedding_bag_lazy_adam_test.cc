@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/embedding_bag_oracle.h"
 #include "common/row_groups.h"
 #include "common/simd_targets.h"
 #include "common/test_util.h"
@@ -125,25 +126,9 @@ OracleResult oracle(Case &c) {
   const float b1 = static_cast<float>(c.beta1), b2 = static_cast<float>(c.beta2);
   const float e = static_cast<float>(c.eps);
   const float omb1 = 1.0f - b1, omb2 = 1.0f - b2;
-  std::map<int64_t, std::vector<int64_t>> lookups_of;  // row -> lookups in order
-  for (int64_t i = 0; i < c.lookups; ++i) lookups_of[c.idx[static_cast<size_t>(i)]].push_back(i);
   OracleResult res;
-  for (auto &[row, lookups] : lookups_of) {
-    std::vector<float> g(static_cast<size_t>(c.dim));
-    for (size_t k = 0; k < lookups.size(); ++k) {
-      const int64_t i = lookups[k];
-      // The bag holding lookup i: the last b with off[b] <= i and a non-empty bag.
-      const auto it = std::upper_bound(c.off.begin(), c.off.end(), i);
-      const int64_t b = (it - c.off.begin()) - 1;
-      const int64_t len = c.off[static_cast<size_t>(b + 1)] - c.off[static_cast<size_t>(b)];
-      const float s = c.pooling == PoolingMode::kMean ? 1.0f / static_cast<float>(len) : 1.0f;
-      const float w = c.weighted ? c.weights[static_cast<size_t>(i)] : 1.0f;
-      const float coef = s * w;
-      for (int64_t j = 0; j < c.dim; ++j) {
-        const float x = c.grad[static_cast<size_t>(b * c.grad_stride + j)] * coef;
-        g[static_cast<size_t>(j)] = k == 0 ? x : g[static_cast<size_t>(j)] + x;
-      }
-    }
+  for (auto &[row, g] :
+       oracle_bag_gradients(c.grad, c.grad_stride, c.idx, c.off, c.weights, c.pooling, c.dim)) {
     if (!std::all_of(g.begin(), g.end(), [](float x) { return std::isfinite(x); })) {
       ++res.skipped;
       continue;
@@ -183,18 +168,8 @@ void expect_tables_equal(Case &got, Case &want) {
       0u);
 }
 
-struct Mode {
-  PoolingMode pooling;
-  bool weighted;
-};
-constexpr Mode kModes[] = {{PoolingMode::kSum, false},
-                           {PoolingMode::kSum, true},
-                           {PoolingMode::kMean, false},
-                           {PoolingMode::kMean, true}};
-const char *mode_name(const Mode &m) {
-  return m.pooling == PoolingMode::kMean ? (m.weighted ? "mean, weighted" : "mean")
-                                         : (m.weighted ? "sum, weighted" : "sum");
-}
+using Mode = BagMode;
+constexpr const BagMode (&kModes)[4] = kBagModes;
 
 // ---------------------------------------------------------------------------------------------
 // Results against the oracle

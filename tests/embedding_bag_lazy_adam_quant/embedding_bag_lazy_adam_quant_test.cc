@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/embedding_bag_oracle.h"
 #include "common/half_floats.h"
 #include "common/lazy_adam_quant_oracle.h"
 #include "common/row_groups.h"
@@ -112,18 +113,8 @@ struct Case {
   }
 };
 
-struct Mode {
-  PoolingMode pooling;
-  bool weighted;
-};
-constexpr Mode kModes[] = {{PoolingMode::kSum, false},
-                           {PoolingMode::kSum, true},
-                           {PoolingMode::kMean, false},
-                           {PoolingMode::kMean, true}};
-const char *mode_name(const Mode &m) {
-  return m.pooling == PoolingMode::kMean ? (m.weighted ? "mean, weighted" : "mean")
-                                         : (m.weighted ? "sum, weighted" : "sum");
-}
+using Mode = BagMode;
+constexpr const BagMode (&kModes)[4] = kBagModes;
 
 struct Shape {
   int64_t bags;
@@ -197,25 +188,9 @@ OracleResult oracle(Case &c) {
                           static_cast<float>(c.beta2),
                           static_cast<float>(c.eps),
                           c.lr};
-  std::map<int64_t, std::vector<int64_t>> lookups_of;  // row -> lookups in order
-  for (int64_t i = 0; i < c.lookups; ++i) lookups_of[c.idx[static_cast<size_t>(i)]].push_back(i);
   OracleResult res;
-  for (auto &[row, lookups] : lookups_of) {
-    std::vector<float> g(static_cast<size_t>(c.dim));
-    for (size_t k = 0; k < lookups.size(); ++k) {
-      const int64_t i = lookups[k];
-      // The bag holding lookup i: the last b with off[b] <= i (a non-empty bag).
-      const auto it = std::upper_bound(c.off.begin(), c.off.end(), i);
-      const int64_t b = (it - c.off.begin()) - 1;
-      const int64_t len = c.off[static_cast<size_t>(b + 1)] - c.off[static_cast<size_t>(b)];
-      const float s = c.pooling == PoolingMode::kMean ? 1.0f / static_cast<float>(len) : 1.0f;
-      const float w = c.weighted ? c.weights[static_cast<size_t>(i)] : 1.0f;
-      const float coef = s * w;
-      for (int64_t j = 0; j < c.dim; ++j) {
-        const float x = c.grad[static_cast<size_t>(b * c.grad_stride + j)] * coef;
-        g[static_cast<size_t>(j)] = k == 0 ? x : g[static_cast<size_t>(j)] + x;
-      }
-    }
+  for (auto &[row, g] :
+       oracle_bag_gradients(c.grad, c.grad_stride, c.idx, c.off, c.weights, c.pooling, c.dim)) {
     const int64_t r = row;
     const bool updated = quant_step_oracle_row(
         o, g.data(), c.dim, [&](int64_t j) { return c.var.get(c.at(r, j)); },
@@ -228,27 +203,8 @@ OracleResult oracle(Case &c) {
 
 // Bitwise var and absmax, exact codes, everywhere (padding columns and untouched rows included).
 void expect_same(const Case &got, const Case &want) {
-  size_t bad = 0;
-  for (size_t i = 0; i < got.var.size() && bad < 5; ++i) {
-    if (got.var.bits(i) != want.var.bits(i)) {
-      ADD_FAILURE() << "var[" << i << "]: got " << got.var.get(i) << " want " << want.var.get(i);
-      ++bad;
-    }
-  }
-  for (size_t i = 0; i < got.m.size() && bad < 10; ++i) {
-    if (got.m[i] != want.m[i] || got.v[i] != want.v[i]) {
-      ADD_FAILURE() << "codes[" << i << "]: got m " << int{got.m[i]} << " v " << int{got.v[i]}
-                    << ", want m " << int{want.m[i]} << " v " << int{want.v[i]};
-      ++bad;
-    }
-  }
-  for (size_t b = 0; b < got.am.size() && bad < 15; ++b) {
-    if (!bits_equal(got.am[b], want.am[b]) || !bits_equal(got.av[b], want.av[b])) {
-      ADD_FAILURE() << "absmax[" << b << "]: got " << got.am[b] << ", " << got.av[b] << " want "
-                    << want.am[b] << ", " << want.av[b];
-      ++bad;
-    }
-  }
+  expect_same_quant_state(got.var, want.var, got.m, want.m, got.v, want.v, got.am, want.am, got.av,
+                          want.av);
 }
 
 // A plan for the case's tensors, run once with a workspace of the size it asks for (filled with

@@ -117,18 +117,8 @@ DIM = 32
 
 
 def _batches(seed, rows, steps, bags, bag_len, weighted):
-    """nn.EmbeddingBag's batches ([B] offsets) with a skew, and a regression target."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(steps):
-        lengths = rng.integers(bag_len[0], bag_len[1] + 1, bags)
-        idx = (rng.uniform(0, 1, int(lengths.sum())) ** 2 * rows).astype(np.int64)
-        offs = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        w = rng.uniform(0.5, 1.5, len(idx)).astype(F32) if weighted else None
-        target = rng.uniform(-1, 1, (bags, DIM)).astype(F32)
-        out.append((torch.from_numpy(idx), torch.from_numpy(offs),
-                    None if w is None else torch.from_numpy(w), torch.from_numpy(target)))
-    return out
+    from helpers.bags import bag_batches
+    return bag_batches(seed, rows, DIM, steps, bags, bag_len, weighted)
 
 
 class Float64EmbeddingBagAdam:
