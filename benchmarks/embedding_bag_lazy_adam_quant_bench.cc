@@ -89,10 +89,10 @@ void BM_EmbeddingBagLazyAdamQuant(benchmark::State &state) {
   t8.var = TensorView::of(var8.as<float>(), {kRows, kDim});
   t8.qmap_m = TensorView::of(qm.data(), {fp8 ? 0 : 256});
   t8.qmap_v = TensorView::of(qv.data(), {fp8 ? 0 : 256});
-  t8.absmax_m = TensorView::strided(scales.as<float>(), fusekit::DType::kFloat32, {kRows, 1},
-                                    {2, 1});
-  t8.absmax_v = TensorView::strided(scales.as<float>() + 1, fusekit::DType::kFloat32, {kRows, 1},
-                                    {2, 1});
+  t8.absmax_m =
+      TensorView::strided(scales.as<float>(), fusekit::DType::kFloat32, {kRows, 1}, {2, 1});
+  t8.absmax_v =
+      TensorView::strided(scales.as<float>() + 1, fusekit::DType::kFloat32, {kRows, 1}, {2, 1});
   fusekit::EmbeddingBagLazyAdamQuantOptions o8;
   o8.pooling = o32.pooling;
   o8.state_format = fp8 ? fusekit::QuantStateFormat::kFp8 : fusekit::QuantStateFormat::kDynamicMap;

@@ -241,8 +241,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                static_cast<long long>(r), static_cast<long long>(j));
     }
     if (!named[static_cast<size_t>(r)]) {
-      for (int64_t b = 0; b < start.blocks; ++b) {
-        const auto k = static_cast<size_t>(r * start.blocks + b);
+      for (int64_t blk = 0; blk < start.blocks; ++blk) {
+        const auto k = static_cast<size_t>(r * start.blocks + blk);
         FZ_CHECK(std::memcmp(&fast.scale_m[k], &start.scale_m[k], 4) == 0 &&
                      std::memcmp(&fast.scale_v[k], &start.scale_v[k], 4) == 0,
                  "the block scales of row %lld changed, though no lookup names it",
