@@ -6,7 +6,8 @@
 - :class:`AdamW8bit`, :class:`Adam8bit`: bitsandbytes' 8-bit block-wise optimizers on
   fusekit's ApplyAdamWQuant (and its float32 AdamW for small tensors).
 - :class:`FusedEmbeddingBag`: ``nn.EmbeddingBag`` with Adam in its backward (fusekit's
-  EmbeddingBagLazyAdam: the rows of the batch updated from the gradient of the pooled output).
+  EmbeddingBagLazyAdam: the rows of the batch updated from the gradient of the pooled output);
+  ``state="8bit"``: SparseAdam8bit's state, stepped by EmbeddingBagLazyAdamQuant.
 - :func:`add_lora`, :func:`add_lora_`: vLLM's multi-LoRA add (``torch.ops.fusekit.add_lora``, a
   custom op that ``torch.compile`` traces without a graph break); :class:`MultiLoRALinear`.
 - Huge pages for tables and states: :func:`empty_hugepage`, :func:`to_hugepages`.
