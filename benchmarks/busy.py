@@ -27,6 +27,7 @@ CASES = {
     "apply_adam_w_quant": r"^BM_ApplyAdamWQuant(/|PlanReuse)",
     "add_lora": r"^BM_AddLora(Prefill|Decode|PlanReuse)",
     "lazy_adam_quant": r"^BM_LazyAdamQuant(/(float32|bfloat16)/packed/(fp8/)?D:32/|PlanReuse)",
+    "embedding_bag_lazy_adam_quant": r"^BM_EmbeddingBagLazyAdamQuant/1/4/",
 }
 
 SPIN = ["sh", "-c", "while :; do :; done"]

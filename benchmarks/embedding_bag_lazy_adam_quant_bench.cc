@@ -155,5 +155,5 @@ BENCHMARK(BM_EmbeddingBagLazyAdamQuant)
     ->Args({1, 4, 1, 1})
     ->Args({40, 60, 0, 0})
     ->Args({40, 60, 1, 0})
-    ->Iterations(31)
+    ->Iterations(61)
     ->Unit(benchmark::kMillisecond);
