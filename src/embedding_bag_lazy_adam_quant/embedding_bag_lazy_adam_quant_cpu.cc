@@ -26,6 +26,7 @@ namespace fusekit {
 namespace {
 
 constexpr const char *kOp = "EmbeddingBagLazyAdamQuant";
+
 // A tile row's stride in floats: D rounded up to 16 (64-byte rows).
 int64_t tile_stride(int64_t d) {
   return (std::max<int64_t>(d, 1) + 15) / 16 * 16;
@@ -37,7 +38,7 @@ int64_t tile_stride(int64_t d) {
 // kernel, which has a cost of its own (its tables into registers, its partial search tiles
 // flushed at the end): measured at D = 32, 20k rows, one thread, CPU time against float32
 // EmbeddingBagLazyAdam, tiles of 32 / 64 / 128 / 256 / 512 / 1024 / 2048 rows gave 1.60 / 1.43 /
-// 1.30 / 1.28 / 1.22 / 1.24 / 1.31 with the dynamic maps (the larger ones leave L2 to the state).
+// 1.30 / 1.28 / 1.22 / 1.24 / 1.31 with the dynamic maps (the largest crowd the state out of L2).
 int64_t tile_rows(int64_t d) {
   return std::clamp<int64_t>(65536 / (4 * tile_stride(d)), 16, 512);
 }
@@ -88,7 +89,8 @@ void prefetch_state(const LazyAdamQuantRowsArgs &a, int64_t r) {
 }
 
 // The rows of entries[begin, end) (whole rows), tile by tile: the gradients, then the row step.
-// `a` is the step's arguments for the tile (grad, entries: the tile's). Returns the rows skipped.
+// step_args: the row step's arguments, whose grad and entries become the tile's. Returns the rows
+// skipped.
 int64_t update_tiles(const LazyAdamQuantRowsArgs &step_args, const LaqRowStep &step,
                      const BagGradientArgs &bags, BagRowGradientFn gradient,
                      const uint64_t *entries, int64_t begin, int64_t end, char *scratch,
