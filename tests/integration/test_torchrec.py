@@ -208,6 +208,84 @@ def test_tbe_forward_and_weight_gradient_against_torch(pooling):
         torch.testing.assert_close(m_got[touched].double(), m, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("state_format,guard", [("dynamic_map", True), ("dynamic_map", False),
+                                                 ("fp8", True)])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_tbe_8bit_steps_against_golden_bitwise(pooling, state_format, guard):
+    """FusedAdamTBE with 8-bit state alone: two tables, three features (the first table looked up
+    by two), weighted bags, a random 8-bit state to start from, 3 steps, each against the NumPy
+    golden golden/embedding_bag_lazy_adam_quant.py (written from the operator's definition) with
+    FBGEMM's Adam form (lr_t = lr sqrt(1 - beta2^t) / (1 - beta1^t), eps_t = eps sqrt(1 - beta2^t)):
+    the weights, the codes and the per-row scales bit for bit, the rows never looked up included.
+    The table two features share gets one step on the sum of both features' gradients (the first
+    feature's lookups, then the third's, in order)."""
+    import math
+    import sys
+
+    import numpy as np
+    from fusekit.torchrec import FusedAdamTBE
+
+    sys.path.insert(0, str(HERE.parents[1]))  # golden/
+    from golden.apply_adam_w_quant import create_dynamic_map
+    from golden.embedding_bag_lazy_adam_quant import (embedding_bag_lazy_adam_quant_golden,
+                                                      random_state)
+
+    rng = np.random.default_rng(7)
+    rows, dims, ftm, bags = [40, 25], [8, 20], [0, 1, 0], 6
+    lr, b1, b2, eps = 0.05, 0.8, 0.99, 1e-3
+    tbe = FusedAdamTBE(rows, dims, ftm, pooling, ["a", "b"], learning_rate=lr, beta1=b1,
+                       beta2=b2, eps=eps, hugepages=False, state_format=state_format,
+                       guard_lost_v=guard)
+    fp8 = state_format == "fp8"
+    qm, qv = (None, None) if fp8 else (create_dynamic_map(True), create_dynamic_map(False))
+    want = []  # per table: [m, v, var, scale_m, scale_v], the golden's
+    for t, (r, d) in enumerate(zip(rows, dims)):
+        m, v, am, av = random_state(rng, r, d, state_format)
+        var = rng.uniform(-1, 1, size=(r, d)).astype(np.float32)
+        for x, y in zip([tbe.split_embedding_weights()[t]] + tbe.split_optimizer_states()[t],
+                        (var, m, v, am[:, 0], av[:, 0])):
+            x.copy_(torch.from_numpy(np.ascontiguousarray(y)))
+        want.append([m, v, var, am, av])
+    for step in range(1, 4):
+        lengths = rng.integers(0, 5, size=len(ftm) * bags)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        ids = np.concatenate([rng.integers(0, rows[ftm[i // bags]] - 3, size=n)
+                              for i, n in enumerate(lengths)]).astype(np.int64)
+        psw = rng.uniform(0.5, 1.5, size=ids.size).astype(np.float32)
+        out = tbe(torch.from_numpy(ids), torch.from_numpy(offsets), torch.from_numpy(psw))
+        G = rng.normal(size=tuple(out.shape)).astype(np.float32)
+        out.backward(torch.from_numpy(G))
+        assert tbe.get_optimizer_step() == step
+        lr_t = lr * math.sqrt(1 - b2 ** step) / (1 - b1 ** step)
+        eps_t = eps * math.sqrt(1 - b2 ** step)
+        for t in range(len(rows)):
+            # The table's batch: its features' bags one after the other.
+            cols, grads, tids, tw, offs = 0, [], [], [], [0]
+            for f, tt in enumerate(ftm):
+                lo, hi = offsets[f * bags], offsets[(f + 1) * bags]
+                if tt == t:
+                    grads.append(G[:, cols:cols + dims[tt]])
+                    tids.append(ids[lo:hi])
+                    tw.append(psw[lo:hi])
+                    offs.extend(offs[-1] + np.cumsum(lengths[f * bags:(f + 1) * bags]))
+                cols += dims[tt]
+            m, v, var, am, av = want[t]
+            m, v, var, am, av, _, _ = embedding_bag_lazy_adam_quant_golden(
+                np.ascontiguousarray(np.concatenate(grads)), np.concatenate(tids),
+                np.asarray(offs, np.int64), np.concatenate(tw), m, v, var, qm, qv, am, av,
+                lr_t, b1, b2, eps_t, mode=pooling, state_format=state_format,
+                guard_lost_v=guard)
+            want[t] = [m, v, var, am, av]
+            got = [tbe.split_optimizer_states()[t][0], tbe.split_optimizer_states()[t][1],
+                   tbe.split_embedding_weights()[t], tbe.split_optimizer_states()[t][2],
+                   tbe.split_optimizer_states()[t][3]]
+            for name, x, y in zip(("m", "v", "var", "scale_m", "scale_v"), got, want[t]):
+                x = x.numpy()
+                y = y.reshape(x.shape)
+                assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (
+                    f"step {step}, table {t}, {name}: {int((x != y).sum())} elements differ")
+
+
 def test_unsupported_settings_are_refused_by_name():
     from fusekit.torchrec._kernel import adam_hyperparameters
     from fbgemm_gpu.split_embedding_configs import EmbOptimType

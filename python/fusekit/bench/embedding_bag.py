@@ -4,7 +4,9 @@ bags of 1-4 ids (~20.5k lookups) and multi-hot bags of 40-60 ids (~410k lookups)
 fusekit.torch.FusedEmbeddingBag (the optimizer in the backward: fusekit's EmbeddingBagLazyAdam,
 no per-lookup gradient) against what a PyTorch user writes without it: nn.EmbeddingBag(sparse=True)
 and a sparse Adam (fusekit.torch.SparseAdam, torch.optim.SparseAdam), the same batch and the same
-gradient of the output."""
+gradient of the output. And the 8-bit state (FusedEmbeddingBag(state="8bit"): fusekit's
+EmbeddingBagLazyAdamQuant, in both state formats) against the float32 FusedEmbeddingBag, issue 32's
+target: 8-bit within 1.2x of the float32 fused step."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -49,6 +51,15 @@ def bench_embedding_bag(rec: Recorder, cfg: Config) -> None:
                 with torch.enable_grad():
                     m(ids, offsets).backward(grad_out)
             impls.append(Impl("fusekit.torch.FusedEmbeddingBag", fused_step, metrics=gbps))
+            for fmt in _FORMATS:
+                q = FusedEmbeddingBag(R, D, mode="sum", include_last_offset=True, lr=1e-3,
+                                      _weight=init.clone(), state="8bit", state_format=fmt)
+                keep.append(q)
+
+                def q_step(m: Any = q) -> None:
+                    with torch.enable_grad():
+                        m(ids, offsets).backward(grad_out)
+                impls.append(Impl(_eight_bit(fmt), q_step, metrics=gbps))
         else:
             rec.skip(sec, case, "fusekit.torch.FusedEmbeddingBag", why)
 
@@ -83,3 +94,15 @@ def bench_embedding_bag(rec: Recorder, cfg: Config) -> None:
                     min_speedup=2.0 if lo >= 40 else None,
                     target=">= 2x (#32, multi-hot)" if lo >= 40 else "")
         rec.compare(fk, res.get("nn.EmbeddingBag(sparse) + torch.optim.SparseAdam"))
+        for fmt in _FORMATS:
+            # 8-bit / float32 <= 1.2: the float32 step as the peer, >= 1 / 1.2 of the speed.
+            rec.compare(res.get(_eight_bit(fmt)), fk, min_speedup=1 / 1.2,
+                        target="8-bit within 1.2x (#32)")
+
+
+#: The 8-bit state formats the section times (docs/fp8_state.md).
+_FORMATS = ("dynamic_map", "fp8")
+
+
+def _eight_bit(fmt: str) -> str:
+    return f"fusekit.torch.FusedEmbeddingBag(state='8bit', {fmt})"

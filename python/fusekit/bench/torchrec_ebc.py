@@ -5,7 +5,9 @@ table, a batch of 8192 bags of 1-4 ids (~20.5k lookups) and a multi-hot batch of
 fusekit's lazy Adam through fusekit.torchrec's sharders (apply_optimizer_in_backward with
 torch.optim.Adam, as on GPU) against FBGEMM's CPU TBE with EXACT_ROWWISE_ADAGRAD (the fused
 optimizer TorchRec has on the CPU) and the DENSE compute kernel with torch.optim.Adam (Adam on
-the whole table every step)."""
+the whole table every step). And the 8-bit state (fusekit.torch.SparseAdam8bit in backward on a
+CPU-built EBC: fusekit's EmbeddingBagLazyAdamQuant, in both state formats) against fusekit's
+float32 route, issue 32's target: 8-bit within 1.2x of the float32 fused step."""
 from __future__ import annotations
 
 import importlib
@@ -15,7 +17,11 @@ from typing import Any, Callable, List, Optional, Tuple
 from .results import Config, Recorder
 from .timing import Impl, _free, run_case
 
-_ROUTES = ("fusekit.torchrec lazy Adam", "TBE EXACT_ROWWISE_ADAGRAD", "DENSE kernel + torch Adam")
+_ROUTES = ("fusekit.torchrec lazy Adam", "TBE EXACT_ROWWISE_ADAGRAD", "DENSE kernel + torch Adam",
+           "fusekit.torchrec lazy Adam 8-bit (dynamic_map)",
+           "fusekit.torchrec lazy Adam 8-bit (fp8)")
+#: The 8-bit routes: the route's name -> its state format.
+_EIGHT_BIT = {_ROUTES[3]: "dynamic_map", _ROUTES[4]: "fp8"}
 
 
 def _ensure_process_group() -> None:
@@ -48,6 +54,12 @@ def _route(name: str, R: int, D: int, init: Any, lr: float) -> Tuple[Any, Option
         fk_torchrec = importlib.import_module("fusekit.torchrec")
         apply_optimizer_in_backward(torch.optim.Adam, ebc.parameters(), {"lr": lr})
         sharders: List[Any] = list(fk_torchrec.sharders())
+    elif name in _EIGHT_BIT:
+        fk_torchrec = importlib.import_module("fusekit.torchrec")
+        fk_torch = importlib.import_module("fusekit.torch")
+        apply_optimizer_in_backward(fk_torch.SparseAdam8bit, ebc.parameters(),
+                                    {"lr": lr, "state_format": _EIGHT_BIT[name]})
+        sharders = list(fk_torchrec.sharders())
     elif name == _ROUTES[1]:
         sharders = [EmbeddingBagCollectionSharder(fused_params={
             "optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": lr})]
@@ -105,6 +117,9 @@ def bench_torchrec(rec: Recorder, cfg: Config) -> None:
                     target="within 1.25x (#32)" if lo == 1 else "")
         rec.compare(fk, res.get(_ROUTES[2]), min_speedup=10.0 if lo == 1 else None,
                     target=">= 10x (#32)" if lo == 1 else "")
+        for name in _EIGHT_BIT:
+            # 8-bit / float32 <= 1.2: the float32 route as the peer, >= 1 / 1.2 of its speed.
+            rec.compare(res.get(name), fk, min_speedup=1 / 1.2, target="8-bit within 1.2x (#32)")
 
 
 def _step_fn(dmp: Any, opt: Any, kjt: Any, grad_out: Any, torch: Any) -> Callable[[], None]:

@@ -4,8 +4,9 @@ TorchRec's FUSED compute kernel puts ``BatchedFusedEmbeddingBag`` around FBGEMM'
 ``SplitTableBatchedEmbeddingBagsCodegen``.
 
 The forward pools with torch (``F.embedding_bag`` per feature); the backward runs fusekit's
-EmbeddingBagLazyAdam per table on the gradient of the pooled output: the rows of the batch get
-their summed gradient and an Adam step, no per-lookup gradient and no table gradient is made.
+EmbeddingBagLazyAdam per table on the gradient of the pooled output (with 8-bit state its twin,
+EmbeddingBagLazyAdamQuant): the rows of the batch get their summed gradient and an Adam step, no
+per-lookup gradient and no table gradient is made.
 The arithmetic is FBGEMM's TBE Adam (``split_embedding_codegen``'s ``adam``): per table group one
 iteration counter ``t`` (incremented once per backward), per touched row
 
@@ -187,11 +188,12 @@ class FusedAdamTBE(nn.Module):
         for r, d in zip(self.rows, self.dims):
             self.weights_offsets.append(total)
             total += r * d
-        if hugepages and total > 0:
-            from fusekit.torch import empty_hugepage
-            alloc = lambda: empty_hugepage((total,))  # noqa: E731
-        else:
-            alloc = lambda: torch.empty(total, dtype=torch.float32)  # noqa: E731
+        def empty(n: int, dtype: torch.dtype) -> torch.Tensor:
+            if hugepages:
+                from fusekit.torch import empty_hugepage
+                return empty_hugepage((n,), dtype)
+            return torch.empty(n, dtype=dtype)
+        alloc = lambda: empty(total, torch.float32)  # noqa: E731
         # Plain attributes, not buffers: TorchRec's kernel presents them as ShardedTensors.
         self.weights_host = alloc()
         self.state_format = state_format
@@ -209,10 +211,11 @@ class FusedAdamTBE(nn.Module):
                         f"{_PREFIX}: table {name!r} is {d} wide: the 8-bit state takes tables up "
                         f"to {fusekit.BLOCK_SIZE} wide (one quantization block per row; a "
                         "column-wise plan splits a wider table)")
-            self.momentum1_host = torch.zeros(total, dtype=torch.uint8)
-            self.momentum2_host = torch.zeros(total, dtype=torch.uint8)
-            self.absmax1_host = torch.zeros(sum(self.rows), dtype=torch.float32)
-            self.absmax2_host = torch.zeros(sum(self.rows), dtype=torch.float32)
+            # On huge pages as the float32 state (the step reads rows at random).
+            self.momentum1_host = empty(total, torch.uint8).zero_()
+            self.momentum2_host = empty(total, torch.uint8).zero_()
+            self.absmax1_host = empty(sum(self.rows), torch.float32).zero_()
+            self.absmax2_host = empty(sum(self.rows), torch.float32).zero_()
             self._row_offsets = [sum(self.rows[:t]) for t in range(len(self.rows))]
             if state_format == "dynamic_map":
                 self._qmaps = (fusekit.create_dynamic_map(True), fusekit.create_dynamic_map(False))
@@ -439,26 +442,17 @@ class FusedAdamTBE(nn.Module):
     def _step_8bit(self, tab: int, var: torch.Tensor, states: List[torch.Tensor],
                    g: torch.Tensor, ids: torch.Tensor, off: torch.Tensor,
                    w: Optional[torch.Tensor], t: int, lr: float, eps_t: float) -> Any:
-        """The 8-bit step, not fused yet: the per-lookup gradient rows ``g[bag] * c`` (c the
-        weight, over the bag length for mean) made here, then LazyAdamQuant on them (duplicates
-        summed in order of occurrence, each row stepped once)."""
-        lengths = off[1:] - off[:-1]
-        bag_of = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-        c: Optional[torch.Tensor] = None
-        if self.pooling == "mean":
-            c = (1.0 / lengths.clamp(min=1).to(torch.float32))[bag_of]
-        if w is not None:
-            c = w if c is None else c * w
-        rows = g[bag_of]
-        if c is not None:
-            rows = rows * c[:, None]
+        """The 8-bit step, fused: one call of fusekit's EmbeddingBagLazyAdamQuant on the
+        gradient of the pooled output (no per-lookup gradient), as the float32 step calls
+        EmbeddingBagLazyAdam. The table's per-row absmax (fp8: scale) is the operator's
+        ``[rows, ceil(dim / 256)]`` block scales: one block per row (tables up to 256 wide)."""
         m, v, a1, a2 = states
         qm, qv = self._qmaps if self.state_format == "dynamic_map" else (None, None)
-        return fusekit.lazy_adam_quant(
-            var, rows.contiguous(), ids, m, v, qm, qv, a1.view(-1, 1), a2.view(-1, 1),
-            step=t - 1, lr=lr, beta1=self.beta1, beta2=self.beta2, eps=eps_t,
-            state_format=str(self.state_format), guard_lost_v=self.guard_lost_v,
-            num_threads=self.num_threads)
+        return fusekit.embedding_bag_lazy_adam_quant(
+            var, g, ids, off, m, v, qm, qv, a1.view(-1, 1), a2.view(-1, 1),
+            per_sample_weights=w, mode=self.pooling, step=t - 1, lr=lr, beta1=self.beta1,
+            beta2=self.beta2, eps=eps_t, state_format=str(self.state_format),
+            guard_lost_v=self.guard_lost_v, num_threads=self.num_threads)
 
 
 class FusekitBatchedFusedEmbeddingBag(BaseBatchedEmbeddingBag, FusedOptimizerModule):
