@@ -17,12 +17,14 @@ Sections (``--only`` picks some; all by default, ``omp`` not in ``--quick``):
 - ``embedding_bag``: one training step (forward, backward, optimizer) of a 1,000,000 x 32 table on
   8192 bags of 1-4 and of 40-60 ids (multi-hot): ``fusekit.torch.FusedEmbeddingBag`` (the Adam
   step fused into the backward) against ``nn.EmbeddingBag(sparse=True)`` with
-  ``fusekit.torch.SparseAdam`` and with ``torch.optim.SparseAdam``.
+  ``fusekit.torch.SparseAdam`` and with ``torch.optim.SparseAdam``; and its 8-bit state
+  (``state="8bit"``, both state formats) against the float32 one (issue 32: within 1.2x).
 - ``torchrec`` (in the environment of requirements/torchrec.txt; skipped where TorchRec is not
   importable): one training step of a TorchRec EmbeddingBagCollection (one 1,000,000 x 32 table,
   8192 bags of 1-4 and of 40-60 ids) under DistributedModelParallel on the CPU: fusekit's lazy
   Adam through ``fusekit.torchrec.sharders()`` against FBGEMM's CPU TBE rowwise Adagrad and the
-  DENSE kernel with ``torch.optim.Adam``.
+  DENSE kernel with ``torch.optim.Adam``; and the 8-bit state (``fusekit.torch.SparseAdam8bit`` in
+  backward, both state formats) against fusekit's float32 route (issue 32: within 1.2x).
 - ``adam8bit``: one AdamW step on 64M float32 parameters: ``torch.optim.AdamW`` (foreach, fused),
   bitsandbytes' and torchao's ``AdamW8bit`` on the CPU (skipped, with the reason, where they do
   not run), ``fusekit.torch.AdamW8bit`` and the raw :func:`fusekit.apply_adam_w_quant`.
