@@ -105,6 +105,140 @@ HWY_INLINE V GuardLostV(V m, V v) {
   return hn::IfThenElse(hn::AndNot(hn::Eq(m, zero), hn::Eq(v, zero)), hn::Mul(m, m), v);
 }
 
+// max(|m|, acc) on a vector: one VRANGEPS (the larger magnitude, its sign cleared) on AVX-512;
+// where m is NaN the result may drop it (the block's var is then NaN: the guard sees it there).
+template <class V>
+HWY_INLINE V MaxAbs(V m, V acc) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (sizeof(hn::TFromV<V>) == 4 && hn::MaxLanes(hn::DFromV<V>()) == 16)
+    return V{_mm512_range_ps(m.raw, acc.raw, 0x0b)};
+#endif
+  return hn::Max(hn::Abs(m), acc);
+}
+
+// The FP8 format's store of a block whose guard held (StoreFp8Block), its codes by Fp8CodeInBlock.
+template <class DF, class DI, class D8, typename T>
+HWY_INLINE void StoreFp8BlockFast(DF df, DI di, D8 d8, const float *m_new, const float *s_new,
+                                  float max_m, float max_s, int64_t len, T *var, const float *w_new,
+                                  uint8_t *mc, uint8_t *vc, float *scale_m, float *scale_v) {
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t vec_len = len / N * N;
+  const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
+  const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_s);
+  if (sm.inv == 0.0f || sv.inv == 0.0f) {  // a zero scale: the general store
+    StoreFp8Block(df, di, d8, m_new, s_new, max_m, max_s, len, var, w_new, mc, vc, scale_m,
+                  scale_v);
+    return;
+  }
+  *scale_m = sm.scale;
+  *scale_v = sv.scale;
+  const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
+  for (int64_t j = 0; j < vec_len; j += N) {
+    StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
+    StoreFp8Codes(d8, di, Fp8CodeInBlock<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m)),
+                  mc + j);
+    StoreFp8Codes(d8, di, Fp8CodeInBlock<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v)),
+                  vc + j);
+  }
+  for (int64_t j = vec_len; j < len; ++j) {
+    var[j] = from_float<T>(w_new[j]);
+    mc[j] = fp8_block_code<kE4M3>(m_new[j], sm);
+    vc[j] = fp8_block_code<kUE4M4>(s_new[j], sv);
+  }
+}
+
+// The FP8 state format's blocks (docs/fp8_state.md): the same operations as QuantBlocks<T, true>,
+// bit for bit, in fewer instructions: E4M3's NaN codes looked for once per block (a block holding
+// one runs one element at a time, and its guard refuses it), not mapped per vector; no
+// multiplication by a gnorm_scale of 1 (kUnitGs: grad * 1 is grad); |m|'s maximum by MaxAbs; the
+// codes by Fp8CodeInBlock.
+template <typename T, bool kUnitGs>
+int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  const auto zero = hn::Zero(df);
+  const AdamVectors<decltype(df)> adam(df, a);
+  const auto magnitude = hn::Set(di, 0x7fffffff);
+  const auto var_limit = hn::Set(di, static_cast<int32_t>(adam_stored_finite_limit<T>()));
+  HWY_ALIGN float m_new[kBlock];
+  HWY_ALIGN float v_new[kBlock];
+  HWY_ALIGN float w_new[kBlock];
+  int64_t skipped = 0;
+
+  for (int64_t b = begin; b < end; ++b) {
+    const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
+    const int64_t vec_len = len / N * N;
+    float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
+    const float scale_m = *absmax_m, scale_v = *absmax_v;
+    const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+    const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
+    const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+    // A block whose scale does not fold (above 1e36), or that holds an E4M3 NaN code, runs its
+    // update one element at a time.
+    const int64_t upd_len =
+        !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) || Fp8HasNanCode(a.m + lo, vec_len)
+            ? 0
+            : vec_len;
+    auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
+    auto acc_w = hn::Zero(di);
+    for (int64_t j = 0; j < upd_len; j += N) {
+      const int64_t i = lo + j;
+      auto m = Fp8DecodeNoNan<kE4M3>(df, a.m + i, vscale_m, vscale256_m);
+      const auto sv = Fp8DecodeNoNan<kUE4M4>(df, a.v + i, vscale_v, vscale256_v);
+      auto v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
+      // adam.Update, operation for operation.
+      auto w = LoadWide(df, var + i);
+      if (adam.decay_before) w = hn::Mul(w, adam.decay);
+      const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
+      m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
+      v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
+      const auto s = hn::Sqrt(v);
+      w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
+      if (adam.decay_after) w = hn::Mul(w, adam.decay);
+      hn::Store(m, df, m_new + j);
+      hn::Store(s, df, v_new + j);
+      hn::Store(w, df, w_new + j);
+      acc_m = MaxAbs(m, acc_m);
+      acc_v = hn::Max(s, acc_v);
+      acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
+    }
+    float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
+    bool var_ok = true;
+    if (upd_len > 0) {
+      max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
+      max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+      var_ok = hn::AllTrue(di, hn::Lt(acc_w, var_limit));
+    }
+    for (int64_t j = upd_len; j < len; ++j) {
+      const int64_t i = lo + j;
+      float m = fp8_value<kE4M3>(a.m[i]) * scale_m;
+      const float sv = fp8_value<kUE4M4>(a.v[i]) * scale_v;
+      float v = sv * sv;
+      if (v == 0.0f && m != 0.0f) v = m * m;
+      const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
+      var_ok = var_ok && adam_produced_finite<T>(m, v, w);
+      v = std::sqrt(v);
+      m_new[j] = m;
+      v_new[j] = v;
+      w_new[j] = w;
+      max_m = std::max(max_m, std::fabs(m));
+      max_v = std::max(max_v, v);
+    }
+    if (!GuardedBlock(var_ok, max_m, max_v)) {
+      ++skipped;
+      continue;
+    }
+    StoreFp8BlockFast(df, di, d8, m_new, v_new, max_m + 0.0f, max_v + 0.0f, len, var + lo, w_new,
+                      a.m + lo, a.v + lo, absmax_m, absmax_v);
+  }
+  return skipped;
+}
+
 // kFp8: the FP8 state format (docs/fp8_state.md): codes decoded and made by bit arithmetic, the
 // buffers keep m and sqrt(v). Else the dynamic maps (gathers and searches).
 template <typename T, bool kFp8 = false>

@@ -22,7 +22,10 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 }
 
 int64_t AdamWQuantFp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  return with_float_type(a.dtype, [&]<class T>() { return QuantBlocks<T, true>(a, begin, end); });
+  return with_float_type(a.dtype, [&]<class T>() {
+    return a.gnorm_scale == 1.0f ? Fp8Blocks<T, true>(a, begin, end)
+                                 : Fp8Blocks<T, false>(a, begin, end);
+  });
 }
 
 }  // namespace
