@@ -182,6 +182,12 @@ template <class D8, class DI>
 HWY_INLINE void StoreFp8Codes(D8 d8, DI di, hn::Vec<DI> code, uint8_t *p) {
   const hn::RebindToUnsigned<DI> du;
   (void)di;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(DI()) == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm512_cvtepi32_epi8(code.raw));  // VPMOVDB
+    return;
+  }
+#endif
   hn::StoreU(hn::TruncateTo(d8, hn::BitCast(du, code)), d8, p);
 }
 
