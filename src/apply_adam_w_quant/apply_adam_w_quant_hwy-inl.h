@@ -185,9 +185,10 @@ HWY_INLINE hn::Vec<DF> LoadAndKeepVar(DF df, const T *p, unsigned char *out) {
 //    before: nothing else reads var while the kernel runs); the coding loop stores only codes;
 //  - E4M3's NaN codes are looked for once per block (a block holding one runs one element at a
 //    time, and its guard refuses it), not mapped per vector;
-//  - no multiplication by a gnorm_scale of 1 (kUnitGs: grad * 1 is grad); |m|'s maximum by MaxAbs;
+//  - no multiplication by a gnorm_scale of 1 (kUnitGs: grad * 1 is grad), the decay after the
+//    update a template argument (kDecayAfter: a.decay_after); |m|'s maximum by MaxAbs;
 //    var's check by VarCheck; the codes by Fp8CodeInBlock.
-template <typename T, bool kUnitGs>
+template <typename T, bool kUnitGs, bool kDecayAfter>
 int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -195,6 +196,7 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
+  uint8_t *const mcodes = a.m, *const vcodes = a.v;  // (byte stores would make a.m reloaded)
   const auto zero = hn::Zero(df);
   const AdamVectors<decltype(df)> adam(df, a);
   HWY_ALIGN float m_new[kBlock];
@@ -213,18 +215,18 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
     // A block whose scale does not fold (above 1e36), or that holds an E4M3 NaN code, runs its
     // update one element at a time.
-    const int64_t upd_len =
-        !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) || Fp8HasNanCode(a.m + lo, vec_len)
-            ? 0
-            : vec_len;
+    const int64_t upd_len = !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ||
+                                    Fp8HasNanCode(mcodes + lo, vec_len)
+                                ? 0
+                                : vec_len;
     auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
     VarCheck<decltype(df), T> var_check{hn::Zero(di), 0};
     T *var_b = var + lo;
     auto *old_bits = reinterpret_cast<unsigned char *>(w_new);
     for (int64_t j = 0; j < upd_len; j += N) {
       const int64_t i = lo + j;
-      auto m = Fp8DecodeNoNan<kE4M3>(df, a.m + i, vscale_m, vscale256_m);
-      const auto sv = Fp8DecodeNoNan<kUE4M4>(df, a.v + i, vscale_v, vscale256_v);
+      auto m = Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m);
+      const auto sv = Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v);
       auto v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
       // adam.Update, operation for operation.
       auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
@@ -234,7 +236,7 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
       const auto s = hn::Sqrt(v);
       w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
-      if (adam.decay_after) w = hn::Mul(w, adam.decay);
+      if (kDecayAfter) w = hn::Mul(w, adam.decay);
       StoreNarrow(df, w, var + i);
       hn::Store(m, df, m_new + j);
       hn::Store(s, df, v_new + j);
@@ -251,8 +253,8 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     }
     for (int64_t j = upd_len; j < len; ++j) {
       const int64_t i = lo + j;
-      float m = fp8_value<kE4M3>(a.m[i]) * scale_m;
-      const float sv = fp8_value<kUE4M4>(a.v[i]) * scale_v;
+      float m = fp8_value<kE4M3>(mcodes[i]) * scale_m;
+      const float sv = fp8_value<kUE4M4>(vcodes[i]) * scale_v;
       float v = sv * sv;
       if (v == 0.0f && m != 0.0f) v = m * m;
       const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
@@ -271,8 +273,8 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       continue;
     }
     for (int64_t j = upd_len; j < len; ++j) var_b[j] = from_float<T>(w_new[j]);
-    StoreFp8BlockCodes(df, di, d8, m_new, v_new, max_m + 0.0f, max_v + 0.0f, len, a.m + lo,
-                       a.v + lo, absmax_m, absmax_v);
+    StoreFp8BlockCodes(df, di, d8, m_new, v_new, max_m + 0.0f, max_v + 0.0f, len, mcodes + lo,
+                       vcodes + lo, absmax_m, absmax_v);
   }
   return skipped;
 }

@@ -23,8 +23,12 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 
 int64_t AdamWQuantFp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   return with_float_type(a.dtype, [&]<class T>() {
-    return a.gnorm_scale == 1.0f ? Fp8Blocks<T, true>(a, begin, end)
-                                 : Fp8Blocks<T, false>(a, begin, end);
+    if (a.gnorm_scale == 1.0f) {
+      return a.decay_after ? Fp8Blocks<T, true, true>(a, begin, end)
+                           : Fp8Blocks<T, true, false>(a, begin, end);
+    }
+    return a.decay_after ? Fp8Blocks<T, false, true>(a, begin, end)
+                         : Fp8Blocks<T, false, false>(a, begin, end);
   });
 }
 

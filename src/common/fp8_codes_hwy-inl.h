@@ -88,6 +88,21 @@ HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
   constexpr int32_t kC0 = ((-(S + 121) * (1 << M)) % 256 + 256) % 256;  // 152 (E4M3), 64 (UE4M4)
   static_assert(kC0 % 2 == 0);
   const auto bits = hn::BitCast(di, x);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (F.is_signed && hn::MaxLanes(DF()) == 16) {
+    // x + K with K of x's sign (a sum of two values of one sign: the same rounding of |x|, the
+    // sign kept): x's binade clamped below at 2^-6, its sign kept, in one VRANGEPS (the larger
+    // magnitude of x and 2^-6, the sign of x); the sign goes to bit 7 from the sum's bit 31.
+    const auto binade =
+        hn::BitCast(di, hn::Vec<DF>{_mm512_range_ps(x.raw, _mm512_set1_ps(0x1p-6f), 0x03)});
+    const auto k = hn::Add(hn::OrAnd(hn::Set(di, kC0), binade, hn::Set(di, int32_t(0xff800000u))),
+                           hn::Set(di, int32_t{S} << 23));
+    const auto sum = hn::BitCast(di, hn::Add(x, hn::BitCast(df, k)));
+    // (The arithmetic shift of a negative sum differs from the logical one above bit 11 only.)
+    return hn::OrAnd(hn::Add(sum, hn::ShiftRight<S>(sum)), hn::ShiftRight<24>(sum),
+                     hn::Set(di, 0x80));
+  }
+#endif
   // UE4M4 codes sqrt(v) * inv: never negative (v >= +0, so sqrt(v) is +0 or more).
   const auto b = F.is_signed ? hn::And(bits, hn::Set(di, 0x7fffffff)) : bits;
   const auto binade = hn::Max(b, hn::Set(di, 0x3c800000));  // 2^-6's bits
