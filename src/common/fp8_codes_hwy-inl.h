@@ -3,7 +3,9 @@
 // results): decoding is a shift, an add and a select (an int-to-float conversion for the codes
 // below the first normal, so that no subnormal float is ever an operand); encoding rounds the
 // float32 bits to the format's mantissa width (a float32 addition of a power of two below the first
-// normal). No table, no gather, no permute.
+// normal). No table, no gather, no permute. Fp8CodeInBlock, the coding of ApplyAdamWQuant's kernel,
+// reaches the same codes by one float32 addition for both ranges, where the value is known to lie
+// within its block's range (no saturation).
 //
 // Fp8Decode (the kernels' decode: codes from memory, times the block's scale) takes a shorter
 // road on targets with F16C: a code's bits placed in a float16 are the code's value / 256 exactly
@@ -191,8 +193,9 @@ HWY_INLINE hn::Vec<DF> Fp8DecodeNoNan(DF df, const uint8_t *p, hn::Vec<DF> scale
   return Fp8Decode<F>(df, p, scale, scale256);
 }
 
-// Stores codes (int32 lanes, 0..255, as Fp8Code makes them) as bytes at p: a truncation, which
-// equals the saturating DemoteTo for such lanes and takes fewer instructions.
+// Stores codes (the low bytes of int32 lanes: Fp8Code's lanes are 0..255, Fp8CodeInBlock's hold
+// other bits above) as bytes at p: a truncation (VPMOVDB on AVX-512), which equals the saturating
+// DemoteTo for lanes of 0..255 and takes fewer instructions.
 template <class D8, class DI>
 HWY_INLINE void StoreFp8Codes(D8 d8, DI di, hn::Vec<DI> code, uint8_t *p) {
   const hn::RebindToUnsigned<DI> du;
