@@ -12,12 +12,18 @@
 // with the decision thresholds (or, without the table, 8 branch-free steps): the searches of
 // common/quant_codes_hwy-inl.h, shared with LazyAdamQuant.
 //
+// The FP8 state format has its own kernel (Fp8Blocks): the same steps, but var stored by the
+// update loop (its old bits kept for a block the guard refuses) and the codes by bit arithmetic
+// (common/fp8_codes_hwy-inl.h).
+//
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "apply_adam_w_quant/apply_adam_w_quant_kernels.h"
 #include "fusekit/float16.h"
@@ -58,12 +64,30 @@ HWY_INLINE bool GuardedBlock(bool var_ok, float max_m, float max_v) {
   return var_ok && max_m < kInf && max_v < kInf;
 }
 
-// The FP8 format's store of a block whose guard held: var, the scales, the codes of m (E4M3) and
-// of sqrt(v) (UE4M4) from the buffers (common/fp8_codes.h's block rule; a zero block codes 0).
-template <class DF, class DI, class D8, typename T>
-HWY_INLINE void StoreFp8Block(DF df, DI di, D8 d8, const float *m_new, const float *s_new,
-                              float max_m, float max_s, int64_t len, T *var, const float *w_new,
-                              uint8_t *mc, uint8_t *vc, float *scale_m, float *scale_v) {
+// The lost-v guard on a vector (docs/fp8_state.md): v = m * m where v is 0 and m is not.
+template <class V>
+HWY_INLINE V GuardLostV(V m, V v) {
+  const auto zero = hn::Zero(hn::DFromV<V>());
+  return hn::IfThenElse(hn::AndNot(hn::Eq(m, zero), hn::Eq(v, zero)), hn::Mul(m, m), v);
+}
+
+// max(|m|, acc) on a vector: one VRANGEPS (the larger magnitude, its sign cleared) on AVX-512;
+// where m is NaN the result may drop it (the block's var is then NaN: the guard sees it there).
+template <class V>
+HWY_INLINE V MaxAbs(V m, V acc) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (sizeof(hn::TFromV<V>) == 4 && hn::MaxLanes(hn::DFromV<V>()) == 16)
+    return V{_mm512_range_ps(m.raw, acc.raw, 0x0b)};
+#endif
+  return hn::Max(hn::Abs(m), acc);
+}
+
+// The FP8 format's codes and scales of a block whose guard held (StoreFp8Block without var), its
+// codes by Fp8CodeInBlock.
+template <class DF, class DI, class D8>
+HWY_INLINE void StoreFp8BlockCodes(DF df, DI di, D8 d8, const float *m_new, const float *s_new,
+                                   float max_m, float max_s, int64_t len, uint8_t *mc, uint8_t *vc,
+                                   float *scale_m, float *scale_v) {
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t vec_len = len / N * N;
   const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
@@ -73,41 +97,190 @@ HWY_INLINE void StoreFp8Block(DF df, DI di, D8 d8, const float *m_new, const flo
   const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
   if (sm.inv != 0.0f && sv.inv != 0.0f) {  // the usual block: no zero scale, no test per vector
     for (int64_t j = 0; j < vec_len; j += N) {
-      StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
-      StoreFp8Codes(d8, di, Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m)),
+      StoreFp8Codes(d8, di, Fp8CodeInBlock<kE4M3>(df, di, hn::Mul(hn::Load(df, m_new + j), inv_m)),
                     mc + j);
-      StoreFp8Codes(d8, di, Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v)),
+      StoreFp8Codes(d8, di, Fp8CodeInBlock<kUE4M4>(df, di, hn::Mul(hn::Load(df, s_new + j), inv_v)),
                     vc + j);
     }
-  } else {
+  } else {  // a zero block codes every element 0
     const auto zero = hn::Zero(di);
     for (int64_t j = 0; j < vec_len; j += N) {
-      StoreNarrow(df, hn::LoadU(df, w_new + j), var + j);
-      const auto cm =
-          sm.inv == 0.0f ? zero : Fp8Code<kE4M3>(df, di, hn::Mul(hn::LoadU(df, m_new + j), inv_m));
-      const auto cv =
-          sv.inv == 0.0f ? zero : Fp8Code<kUE4M4>(df, di, hn::Mul(hn::LoadU(df, s_new + j), inv_v));
-      StoreFp8Codes(d8, di, cm, mc + j);
-      StoreFp8Codes(d8, di, cv, vc + j);
+      StoreFp8Codes(d8, di,
+                    sm.inv == 0.0f
+                        ? zero
+                        : Fp8CodeInBlock<kE4M3>(df, di, hn::Mul(hn::Load(df, m_new + j), inv_m)),
+                    mc + j);
+      StoreFp8Codes(d8, di,
+                    sv.inv == 0.0f
+                        ? zero
+                        : Fp8CodeInBlock<kUE4M4>(df, di, hn::Mul(hn::Load(df, s_new + j), inv_v)),
+                    vc + j);
     }
   }
   for (int64_t j = vec_len; j < len; ++j) {
-    var[j] = from_float<T>(w_new[j]);
     mc[j] = fp8_block_code<kE4M3>(m_new[j], sm);
     vc[j] = fp8_block_code<kUE4M4>(s_new[j], sv);
   }
 }
 
-// The lost-v guard on a vector (docs/fp8_state.md): v = m * m where v is 0 and m is not.
+// The guard's view of the new var of a block (GuardedBlock's var_ok): whether every w, as stored
+// in T, is finite. For float32 on AVX-512 one VFPCLASSPS per vector (NaN or Inf) into a mask;
+// otherwise the largest magnitude bits against T's limit (adam_stored_finite_limit).
+template <class DF, typename T>
+struct VarCheck {
+  using DI = hn::RebindToSigned<DF>;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  static constexpr bool kClass = std::is_same_v<T, float> && hn::MaxLanes(DF()) == 16;
+#else
+  static constexpr bool kClass = false;
+#endif
+  hn::Vec<DI> acc;  // (the aggregate's initializers: Zero, 0)
+  uint32_t bad;
+  HWY_INLINE void Add(hn::Vec<DF> w) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kClass) {
+      bad |= _mm512_fpclass_ps_mask(w.raw, 0x99);  // QNaN, SNaN, +Inf, -Inf
+      return;
+    }
+#endif
+    acc = hn::Max(acc, hn::And(hn::BitCast(DI(), w), hn::Set(DI(), 0x7fffffff)));
+  }
+  HWY_INLINE bool Ok() const {
+    if constexpr (kClass) return bad == 0;
+    return hn::AllTrue(
+        DI(), hn::Lt(acc, hn::Set(DI(), static_cast<int32_t>(adam_stored_finite_limit<T>()))));
+  }
+};
+
+// v, which the compiler may no longer see through: a copy made of it is not a copy to it (GCC
+// turns a loop's load-and-store of the same bits into a memcpy before the loop, here slower).
 template <class V>
-HWY_INLINE V GuardLostV(V m, V v) {
-  const auto zero = hn::Zero(hn::DFromV<V>());
-  return hn::IfThenElse(hn::AndNot(hn::Eq(m, zero), hn::Eq(v, zero)), hn::Mul(m, m), v);
+HWY_INLINE V Opaque(V v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+  asm("" : "+v"(v.raw));
+#endif
+  return v;
 }
 
-// kFp8: the FP8 state format (docs/fp8_state.md): codes decoded and made by bit arithmetic, the
-// buffers keep m and sqrt(v). Else the dynamic maps (gathers and searches).
-template <typename T, bool kFp8 = false>
+// The N elements of var at p as float32 (LoadWide), their bits copied to `out` (N * sizeof(T)
+// bytes).
+template <class DF, typename T>
+HWY_INLINE hn::Vec<DF> LoadAndKeepVar(DF df, const T *p, unsigned char *out) {
+  if constexpr (sizeof(T) == 4) {
+    const auto w = hn::LoadU(df, reinterpret_cast<const float *>(p));
+    hn::StoreU(Opaque(w), df, reinterpret_cast<float *>(out));
+    return w;
+  } else {
+    const hn::Rebind<uint16_t, DF> d16;
+    hn::StoreU(Opaque(hn::LoadU(d16, reinterpret_cast<const uint16_t *>(p))), d16,
+               reinterpret_cast<uint16_t *>(out));
+    return LoadWide(df, p);
+  }
+}
+
+// The FP8 state format's blocks (docs/fp8_state.md): the same operations as QuantBlocks<T, true>,
+// bit for bit, in fewer instructions:
+//  - the update loop stores the new var where it goes and keeps the old var's bits in a buffer,
+//    which a block that the guard refuses gets back (so the block ends bit for bit unchanged, as
+//    before: nothing else reads var while the kernel runs); the coding loop stores only codes;
+//  - E4M3's NaN codes are looked for once per block (a block holding one runs one element at a
+//    time, and its guard refuses it), not mapped per vector;
+//  - no multiplication by a gnorm_scale of 1 (kUnitGs: grad * 1 is grad), the decay after the
+//    update a template argument (kDecayAfter: a.decay_after); |m|'s maximum by MaxAbs;
+//    var's check by VarCheck; the codes by Fp8CodeInBlock.
+template <typename T, bool kUnitGs, bool kDecayAfter>
+int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  auto *var = static_cast<T *>(a.var);
+  const auto *grad = static_cast<const T *>(a.grad);
+  uint8_t *const mcodes = a.m, *const vcodes = a.v;  // (byte stores would make a.m reloaded)
+  const auto zero = hn::Zero(df);
+  const AdamVectors<decltype(df)> adam(df, a);
+  HWY_ALIGN float m_new[kBlock];
+  HWY_ALIGN float v_new[kBlock];
+  HWY_ALIGN float w_new[kBlock];  // the old var's bits (vectors), the new var (the scalar tail)
+  int64_t skipped = 0;
+
+  for (int64_t b = begin; b < end; ++b) {
+    const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
+    const int64_t vec_len = len / N * N;
+    float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
+    float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
+    const float scale_m = *absmax_m, scale_v = *absmax_v;
+    const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
+    const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
+    const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+    // A block whose scale does not fold (above 1e36), or that holds an E4M3 NaN code, runs its
+    // update one element at a time.
+    const int64_t upd_len = !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ||
+                                    Fp8HasNanCode(mcodes + lo, vec_len)
+                                ? 0
+                                : vec_len;
+    auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
+    VarCheck<decltype(df), T> var_check{hn::Zero(di), 0};
+    T *var_b = var + lo;
+    auto *old_bits = reinterpret_cast<unsigned char *>(w_new);
+    for (int64_t j = 0; j < upd_len; j += N) {
+      const int64_t i = lo + j;
+      auto m = Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m);
+      const auto sv = Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v);
+      auto v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
+      // adam.Update, operation for operation.
+      auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
+      if (adam.decay_before) w = hn::Mul(w, adam.decay);
+      const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
+      m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
+      v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
+      const auto s = hn::Sqrt(v);
+      w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
+      if (kDecayAfter) w = hn::Mul(w, adam.decay);
+      StoreNarrow(df, w, var + i);
+      hn::Store(m, df, m_new + j);
+      hn::Store(s, df, v_new + j);
+      acc_m = MaxAbs(m, acc_m);
+      acc_v = hn::Max(s, acc_v);
+      var_check.Add(w);
+    }
+    float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
+    bool var_ok = true;
+    if (upd_len > 0) {
+      max_m = hn::GetLane(hn::MaxOfLanes(df, acc_m));
+      max_v = hn::GetLane(hn::MaxOfLanes(df, acc_v));
+      var_ok = var_check.Ok();
+    }
+    for (int64_t j = upd_len; j < len; ++j) {
+      const int64_t i = lo + j;
+      float m = fp8_value<kE4M3>(mcodes[i]) * scale_m;
+      const float sv = fp8_value<kUE4M4>(vcodes[i]) * scale_v;
+      float v = sv * sv;
+      if (v == 0.0f && m != 0.0f) v = m * m;
+      const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
+      var_ok = var_ok && adam_produced_finite<T>(m, v, w);
+      v = std::sqrt(v);
+      m_new[j] = m;
+      v_new[j] = v;
+      w_new[j] = w;
+      max_m = std::max(max_m, std::fabs(m));
+      max_v = std::max(max_v, v);
+    }
+    if (!GuardedBlock(var_ok, max_m, max_v)) {
+      // var back as it was (the scalar tail wrote none of it).
+      std::memcpy(var_b, old_bits, static_cast<size_t>(upd_len) * sizeof(T));
+      ++skipped;
+      continue;
+    }
+    for (int64_t j = upd_len; j < len; ++j) var_b[j] = from_float<T>(w_new[j]);
+    StoreFp8BlockCodes(df, di, d8, m_new, v_new, max_m + 0.0f, max_v + 0.0f, len, mcodes + lo,
+                       vcodes + lo, absmax_m, absmax_v);
+  }
+  return skipped;
+}
+
+// The dynamic-map format (the FP8 format's kernel is Fp8Blocks above).
+template <typename T>
 int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -132,35 +305,22 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
     const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
-    // FP8: the decode's folded scales (Fp8Decode); a block whose scale does not fold (above 1e36)
-    // runs the update one element at a time.
-    const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
-    const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
-    const int64_t upd_len =
-        kFp8 && !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ? 0 : vec_len;
+    const int64_t upd_len = vec_len;
     auto acc_m = zero, acc_v = hn::Set(df, -std::numeric_limits<float>::infinity());
     auto acc_w = hn::Zero(di);
     for (int64_t j = 0; j < upd_len; j += N) {
       const int64_t i = lo + j;
-      hn::Vec<decltype(df)> m, v;
-      if constexpr (kFp8) {
-        m = Fp8Decode<kE4M3>(df, a.m + i, vscale_m, vscale256_m);
-        const auto sv = Fp8Decode<kUE4M4>(df, a.v + i, vscale_v, vscale256_v);
-        v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
-      } else {
-        const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
-        const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
-        m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
-        v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
-        if (a.guard_lost_v) v = GuardLostV(m, v);
-      }
-      auto s = v;
-      const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i), &s);
+      const auto mc = hn::PromoteTo(di, hn::LoadU(d8, a.m + i));
+      const auto vc = hn::PromoteTo(di, hn::LoadU(d8, a.v + i));
+      auto m = hn::Mul(hn::GatherIndex(df, a.map_m.q, mc), vscale_m);
+      auto v = hn::Mul(hn::GatherIndex(df, a.map_v.q, vc), vscale_v);
+      if (a.guard_lost_v) v = GuardLostV(m, v);
+      const auto w = adam.Update(LoadWide(df, grad + i), m, v, LoadWide(df, var + i));
       hn::Store(m, df, m_new + j);
-      hn::Store(kFp8 ? s : v, df, v_new + j);
+      hn::Store(v, df, v_new + j);
       hn::Store(w, df, w_new + j);
       acc_m = hn::Max(hn::Abs(m), acc_m);
-      acc_v = hn::Max(kFp8 ? s : v, acc_v);
+      acc_v = hn::Max(v, acc_v);
       acc_w = hn::Max(acc_w, hn::And(hn::BitCast(di, w), magnitude));
     }
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
@@ -172,19 +332,11 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     }
     for (int64_t j = upd_len; j < len; ++j) {
       const int64_t i = lo + j;
-      float m, v;
-      if constexpr (kFp8) {
-        m = fp8_value<kE4M3>(a.m[i]) * scale_m;
-        const float sv = fp8_value<kUE4M4>(a.v[i]) * scale_v;
-        v = sv * sv;
-      } else {
-        m = a.map_m.q[a.m[i]] * scale_m;
-        v = a.map_v.q[a.v[i]] * scale_v;
-      }
+      float m = a.map_m.q[a.m[i]] * scale_m;
+      float v = a.map_v.q[a.v[i]] * scale_v;
       if (a.guard_lost_v && v == 0.0f && m != 0.0f) v = m * m;
       const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
       var_ok = var_ok && adam_produced_finite<T>(m, v, w);
-      if constexpr (kFp8) v = std::sqrt(v);
       m_new[j] = m;
       v_new[j] = v;
       w_new[j] = w;
@@ -199,11 +351,6 @@ int64_t QuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     // (3) Store var and absmax; requantize.
     max_m = max_m + 0.0f;
     max_v = max_v + 0.0f;
-    if constexpr (kFp8) {
-      StoreFp8Block(df, di, d8, m_new, v_new, max_m, max_v, len, var + lo, w_new, a.m + lo,
-                    a.v + lo, absmax_m, absmax_v);
-      continue;
-    }
     *absmax_m = max_m;
     *absmax_v = max_v;
     const float div_m = max_m == 0.0f ? 1.0f : max_m;

@@ -22,7 +22,14 @@ int64_t AdamWQuantBlocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 }
 
 int64_t AdamWQuantFp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  return with_float_type(a.dtype, [&]<class T>() { return QuantBlocks<T, true>(a, begin, end); });
+  return with_float_type(a.dtype, [&]<class T>() {
+    if (a.gnorm_scale == 1.0f) {
+      return a.decay_after ? Fp8Blocks<T, true, true>(a, begin, end)
+                           : Fp8Blocks<T, true, false>(a, begin, end);
+    }
+    return a.decay_after ? Fp8Blocks<T, false, true>(a, begin, end)
+                         : Fp8Blocks<T, false, false>(a, begin, end);
+  });
 }
 
 }  // namespace

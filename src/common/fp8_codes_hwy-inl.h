@@ -3,7 +3,9 @@
 // results): decoding is a shift, an add and a select (an int-to-float conversion for the codes
 // below the first normal, so that no subnormal float is ever an operand); encoding rounds the
 // float32 bits to the format's mantissa width (a float32 addition of a power of two below the first
-// normal). No table, no gather, no permute.
+// normal). No table, no gather, no permute. Fp8CodeInBlock, the coding of ApplyAdamWQuant's kernel,
+// reaches the same codes by one float32 addition for both ranges, where the value is known to lie
+// within its block's range (no saturation).
 //
 // Fp8Decode (the kernels' decode: codes from memory, times the block's scale) takes a shorter
 // road on targets with F16C: a code's bits placed in a float16 are the code's value / 256 exactly
@@ -70,6 +72,63 @@ HWY_INLINE hn::Vec<DI> Fp8Code(DF df, DI di, hn::Vec<DF> x) {
   return code;
 }
 
+// The code of x = value * inv in a block coded with that inv (fp8_block_code: |value| at most the
+// block's largest, so |x| at most the format's largest value rounded up by the two roundings of
+// MAX / a and value * inv, 448 * (1 + 2^-22) or 496 * (1 + 2^-22), which rounds to the largest
+// code: no saturation is needed), in the low byte of each int32 lane; the lane's other bytes are
+// not the code's (StoreFp8Codes truncates). Bit for bit fp8_code<F>(x) there, by another road: the
+// float32 addition a + K, K a power of two 2^S (S = 23 - mantissa bits) times a's binade (clamped
+// below at 2^-6, the first normal), rounds a to the format's grid, nearest-even, in the binade of K
+// (a < 2^(M + 1) ulps of K: no carry out of it); the sum's bits then hold the rounded multiple k
+// of K's ulp, and its exponent field a's binade E, and (sum + (sum >> S)) mod 256 is
+// k + (E - 121) 2^M, the code: one form for the normal range and the one below it. K carries C0 in
+// its mantissa (an even number of ulps: the rounding and its ties are the same) so that no
+// constant is added after.
+template <const Fp8Format &F, class DF, class DI>
+HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
+  constexpr int M = F.mantissa_bits, S = 23 - M;
+  constexpr int32_t kC0 = ((-(S + 121) * (1 << M)) % 256 + 256) % 256;  // 152 (E4M3), 64 (UE4M4)
+  static_assert(kC0 % 2 == 0);
+  const auto bits = hn::BitCast(di, x);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (F.is_signed && hn::MaxLanes(DF()) == 16) {
+    // x + K with K of x's sign (a sum of two values of one sign: the same rounding of |x|, the
+    // sign kept): x's binade clamped below at 2^-6, its sign kept, in one VRANGEPS (the larger
+    // magnitude of x and 2^-6, the sign of x); the sign goes to bit 7 from the sum's bit 31.
+    const auto binade =
+        hn::BitCast(di, hn::Vec<DF>{_mm512_range_ps(x.raw, _mm512_set1_ps(0x1p-6f), 0x03)});
+    const auto k = hn::Add(hn::OrAnd(hn::Set(di, kC0), binade, hn::Set(di, int32_t(0xff800000u))),
+                           hn::Set(di, int32_t{S} << 23));
+    const auto sum = hn::BitCast(di, hn::Add(x, hn::BitCast(df, k)));
+    // (The arithmetic shift of a negative sum differs from the logical one above bit 11 only.)
+    return hn::OrAnd(hn::Add(sum, hn::ShiftRight<S>(sum)), hn::ShiftRight<24>(sum),
+                     hn::Set(di, 0x80));
+  }
+#endif
+  // UE4M4 codes sqrt(v) * inv: never negative (v >= +0, so sqrt(v) is +0 or more).
+  const auto b = F.is_signed ? hn::And(bits, hn::Set(di, 0x7fffffff)) : bits;
+  const auto binade = hn::Max(b, hn::Set(di, 0x3c800000));  // 2^-6's bits
+  const auto k = hn::Add(hn::OrAnd(hn::Set(di, kC0), binade, hn::Set(di, 0x7f800000)),
+                         hn::Set(di, int32_t{S} << 23));
+  const auto sum = hn::BitCast(di, hn::Add(hn::BitCast(df, b), hn::BitCast(df, k)));
+  auto code = hn::Add(sum, hn::ShiftRight<S>(sum));
+  if constexpr (F.is_signed) code = hn::OrAnd(code, hn::ShiftRight<24>(bits), hn::Set(di, 0x80));
+  return code;
+}
+
+// Whether any of the n E4M3 codes at p is a NaN code (0x7f, 0xff).
+HWY_INLINE bool Fp8HasNanCode(const uint8_t *p, int64_t n) {
+  const hn::ScalableTag<uint8_t> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(d8));
+  const auto high = hn::Set(d8, uint8_t{0x80});
+  auto acc = hn::Zero(d8);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) acc = hn::Max(acc, hn::Or(hn::LoadU(d8, p + j), high));
+  bool nan = !hn::AllFalse(d8, hn::Eq(acc, hn::Set(d8, uint8_t{0xff})));
+  for (; j < n; ++j) nan = nan || (p[j] & 0x7f) == 0x7f;
+  return nan;
+}
+
 // The lost-v guard (docs/fp8_state.md) in the FP8 format, where v is s * s (never -0): v = m * m
 // where v is 0. The same as "where v is 0 and m is not": for m = +-0, m * m is +0, which v is.
 template <class V>
@@ -114,12 +173,39 @@ HWY_INLINE hn::Vec<DF> Fp8Decode(DF df, const uint8_t *p, [[maybe_unused]] hn::V
 #endif
 }
 
-// Stores codes (int32 lanes, 0..255, as Fp8Code makes them) as bytes at p: a truncation, which
-// equals the saturating DemoteTo for such lanes and takes fewer instructions.
+// Fp8Decode of codes that hold no NaN code (Fp8HasNanCode): on F16C targets E4M3 skips the NaN
+// codes' mapping (otherwise, read as float16 bits, 0x7f and 0xff would decode to +-480 / 256).
+template <const Fp8Format &F, class DF>
+HWY_INLINE hn::Vec<DF> Fp8DecodeNoNan(DF df, const uint8_t *p, hn::Vec<DF> scale,
+                                      hn::Vec<DF> scale256) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (F.is_signed) {
+    const hn::Rebind<int8_t, DF> di8;
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToSigned<decltype(d16)> di16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto w = hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const int8_t *>(p)));
+    const auto h =
+        hn::BitCast(d16, hn::And(hn::ShiftLeft<7>(w), hn::Set(di16, static_cast<int16_t>(0xbfff))));
+    return hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), scale256);
+  }
+#endif
+  return Fp8Decode<F>(df, p, scale, scale256);
+}
+
+// Stores codes (the low bytes of int32 lanes: Fp8Code's lanes are 0..255, Fp8CodeInBlock's hold
+// other bits above) as bytes at p: a truncation (VPMOVDB on AVX-512), which equals the saturating
+// DemoteTo for lanes of 0..255 and takes fewer instructions.
 template <class D8, class DI>
 HWY_INLINE void StoreFp8Codes(D8 d8, DI di, hn::Vec<DI> code, uint8_t *p) {
   const hn::RebindToUnsigned<DI> du;
   (void)di;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(DI()) == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm512_cvtepi32_epi8(code.raw));  // VPMOVDB
+    return;
+  }
+#endif
   hn::StoreU(hn::TruncateTo(d8, hn::BitCast(du, code)), d8, p);
 }
 
