@@ -104,29 +104,59 @@ OPTIMIZERS = {
 }
 
 
-def make_sentences(rng: np.random.Generator, n: int):
+# The second held-out set: sentences of the same six classes in words and phrasings that no
+# training batch holds (subjects, topic adjectives, quality words and templates of their own), so
+# that a model has to generalize from its pretrained encoder. It is not trained on; the training
+# batches and the first held-out set are drawn as before.
+UNSEEN_TOPICS = {
+    "weather": (["the thunderstorm", "the drizzle today", "the autumn breeze", "the hail",
+                 "tomorrow's outlook"], ["windy", "cloudy", "chilly"]),
+    "food": (["the sandwich", "the curry", "the dessert", "breakfast at the hotel",
+              "the noodles"], ["sour", "smoky", "rich"]),
+    "sport": (["the tennis tournament", "the striker", "the relay race", "the playoffs",
+               "the referee's decisions"], ["intense", "competitive", "defensive"]),
+}
+UNSEEN_POSITIVE = ["superb", "brilliant", "enjoyable", "marvellous", "splendid"]
+UNSEEN_NEGATIVE = ["dismal", "lousy", "mediocre", "appalling", "grim"]
+UNSEEN_TEMPLATES = [
+    "to be fair, {s} was {q}.",
+    "in my view {s} was quite {q}.",
+    "{s}? {q}, and a little {a}.",
+    "people keep telling me {s} is {q}.",
+]
+UNSEEN_NEGATED = ["{s} was hardly {q}.", "i can't say {s} was {q}."]
+UNSEEN_CONTRAST = ["{s} started out {p}, though it ended up {q}."]
+SEEN = (TOPICS, POSITIVE, NEGATIVE, TEMPLATES, NEGATED, CONTRAST)
+UNSEEN = (UNSEEN_TOPICS, UNSEEN_POSITIVE, UNSEEN_NEGATIVE, UNSEEN_TEMPLATES, UNSEEN_NEGATED,
+          UNSEEN_CONTRAST)
+
+
+def make_sentences(rng: np.random.Generator, n: int, words=SEEN):
     """n sentences and their class (topic x polarity). The topic comes from the subject; the
     polarity from the quality word, flipped by a negation ("was not great" is negative), and in a
     contrast ("bad at first, but in the end great") from the last clause. The adjective `a` is a
-    topic word that does not change the class."""
+    topic word that does not change the class. ``words``: SEEN (the training task's words) or
+    UNSEEN (the second held-out set's)."""
+    topics, positive, negative, templates, negated, contrast = words
     texts, labels = [], []
     for _ in range(n):
         c = int(rng.integers(len(CLASSES)))
         topic, pol = CLASSES[c]
-        subjects, adjectives = TOPICS[topic]
+        subjects, adjectives = topics[topic]
         s = subjects[rng.integers(len(subjects))]
         a = adjectives[rng.integers(len(adjectives))]
         form = rng.random()
+        same, other = (positive, negative) if pol == "positive" else (negative, positive)
         if form < 0.25:  # negation: the word has the other polarity
-            q = (NEGATIVE if pol == "positive" else POSITIVE)[rng.integers(7)]
-            text = NEGATED[rng.integers(len(NEGATED))].format(s=s, q=q, a=a)
+            q = other[rng.integers(len(other))]
+            text = negated[rng.integers(len(negated))].format(s=s, q=q, a=a)
         elif form < 0.5:  # contrast: the last quality decides
-            q = (POSITIVE if pol == "positive" else NEGATIVE)[rng.integers(7)]
-            first = (NEGATIVE if pol == "positive" else POSITIVE)[rng.integers(7)]
-            text = CONTRAST[rng.integers(len(CONTRAST))].format(s=s, q=q, p=first, a=a)
+            q = same[rng.integers(len(same))]
+            first = other[rng.integers(len(other))]
+            text = contrast[rng.integers(len(contrast))].format(s=s, q=q, p=first, a=a)
         else:
-            q = (POSITIVE if pol == "positive" else NEGATIVE)[rng.integers(7)]
-            text = TEMPLATES[rng.integers(len(TEMPLATES))].format(s=s, q=q, a=a)
+            q = same[rng.integers(len(same))]
+            text = templates[rng.integers(len(templates))].format(s=s, q=q, a=a)
         texts.append(text)
         labels.append(c)
     return texts, labels
@@ -239,13 +269,19 @@ class Run:
         self.opt_s.append(t2 - t1)
         self.step_s.append(t2 - t0)
 
-    def summary(self, eval_set, warm):
+    def evaluate(self, eval_set):
+        """(loss, accuracy) of the model on a held-out set."""
         self.model.eval()
         with torch.no_grad():
             ids, mask, y = eval_set
             logits = self.model(ids, mask)
-            eval_loss = torch.nn.functional.cross_entropy(logits, y).item()
+            loss = torch.nn.functional.cross_entropy(logits, y).item()
             acc = (logits.argmax(1) == y).float().mean().item()
+        return loss, acc
+
+    def summary(self, eval_set, unseen_set, warm):
+        eval_loss, acc = self.evaluate(eval_set)
+        unseen_loss, unseen_acc = self.evaluate(unseen_set)
         nparams = sum(p.numel() for p in self.model.parameters())
         sb = state_bytes(self.opt)
         b8, n8 = eight_bit_bytes(self.opt)
@@ -256,6 +292,8 @@ class Run:
             "final_loss_mean20": float(np.mean(self.losses[-20:])),
             "eval_loss": eval_loss,
             "eval_accuracy": acc,
+            "unseen_loss": unseen_loss,
+            "unseen_accuracy": unseen_acc,
             "params": nparams,
             "state_bytes": sb,
             "state_bytes_per_param": sb / nparams,
@@ -367,6 +405,7 @@ def main():
 
     batches = [encode(*make_sentences(rng, args.batch)) for _ in range(args.steps)]
     eval_set = encode(*make_sentences(np.random.default_rng(args.eval_seed), 384))
+    unseen_set = encode(*make_sentences(np.random.default_rng([args.eval_seed, 1]), 384, UNSEEN))
 
     kw = dict(lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay)
     optimizers: List[Tuple[str, Callable[..., Any]]] = []
@@ -412,12 +451,14 @@ def main():
     print(f"trained in {time.perf_counter() - t0:.0f} s")
     results = {}
     for r in runs:
-        results[r.name] = s = r.summary(eval_set, args.warmup)
+        results[r.name] = s = r.summary(eval_set, unseen_set, args.warmup)
         print(f"{r.name:>24}: final loss {s['final_loss']:.4f} (mean of last 20 "
               f"{s['final_loss_mean20']:.4f}), held-out loss {s['eval_loss']:.6f} "
               f"({100 * (s['eval_loss'] / results['torch.optim.AdamW']['eval_loss'] - 1):+.3f}% "
               f"vs torch's), "
-              f"accuracy {s['eval_accuracy']:.3f}, "
+              f"accuracy {s['eval_accuracy']:.3f}; unseen words: loss {s['unseen_loss']:.6f} "
+              f"({100 * (s['unseen_loss'] / results['torch.optim.AdamW']['unseen_loss'] - 1):+.3f}%"
+              f"), accuracy {s['unseen_accuracy']:.3f}; "
               f"state {s['state_bytes'] / 2**20:.1f} MiB ({s['state_bytes_per_param']:.3f} B/param"
               + (f"; 8-bit tensors {s['state_bytes_per_param_8bit_tensors']:.4f}"
                  if "params_8bit" in s else "")
@@ -430,6 +471,8 @@ def main():
         r["max_abs_loss_diff_vs_torch"] = float(np.max(diff))
         r["max_rel_loss_diff_vs_torch"] = float(np.max(diff / ref))
         r["median_rel_loss_diff_vs_torch"] = float(np.median(diff / ref))
+        r["unseen_loss_rel_vs_torch"] = (r["unseen_loss"]
+                                         / results["torch.optim.AdamW"]["unseen_loss"] - 1.0)
         r["eval_loss_rel_vs_torch"] = (r["eval_loss"]
                                        / results["torch.optim.AdamW"]["eval_loss"] - 1.0)
 
