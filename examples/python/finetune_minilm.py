@@ -12,7 +12,8 @@ bitsandbytes'), 8-bit in the FP8 state format (state_format="fp8", docs/fp8_stat
 optim_bits=32 (float32 moments, fusekit's arithmetic), which separates the order of operations
 (decay after the step, eps scaled by sqrt(1 - beta2^t)) from the quantization. Reported per
 optimizer: the loss curve, the final loss (last step and mean of the last 20), the held-out loss
-and accuracy (and the held-out loss relative to torch.optim.AdamW's), optimizer-state bytes (the
+and accuracy on two held-out sets, the task's own sentences and sentences in words and phrasings
+no training batch holds (each loss also relative to torch.optim.AdamW's), optimizer-state bytes (the
 sum of the distinct state tensors' bytes), and the medians of the seconds per optimizer step and
 per train step (forward, backward, step). Written to out/minilm.json and docs/minilm_loss.png of
 the checkout (--json, --plot; --plot-only redraws the plot from the JSON). --optimizers picks the
