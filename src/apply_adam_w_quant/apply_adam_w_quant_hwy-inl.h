@@ -187,7 +187,10 @@ HWY_INLINE hn::Vec<DF> LoadAndKeepVar(DF df, const T *p, unsigned char *out) {
 //    time, and its guard refuses it), not mapped per vector;
 //  - no multiplication by a gnorm_scale of 1 (kUnitGs: grad * 1 is grad), the decay after the
 //    update a template argument (kDecayAfter: a.decay_after); |m|'s maximum by MaxAbs;
-//    var's check by VarCheck; the codes by Fp8CodeInBlock.
+//    var's check by VarCheck; the codes by Fp8CodeInBlock;
+//  - the lost-v guard only where it can act: in a block whose scale of sqrt(v) is finite and at
+//    least 2^-50, v is 0 exactly where its code is 0, so a block without such a code runs without
+//    the guard, and one with them takes the guard's mask from the codes (SquareGuardedByCode).
 template <typename T, bool kUnitGs, bool kDecayAfter>
 int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
@@ -223,26 +226,46 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     VarCheck<decltype(df), T> var_check{hn::Zero(di), 0};
     T *var_b = var + lo;
     auto *old_bits = reinterpret_cast<unsigned char *>(w_new);
-    for (int64_t j = 0; j < upd_len; j += N) {
-      const int64_t i = lo + j;
-      auto m = Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m);
-      const auto sv = Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v);
-      auto v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
-      // adam.Update, operation for operation.
-      auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
-      if (adam.decay_before) w = hn::Mul(w, adam.decay);
-      const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
-      m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
-      v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
-      const auto s = hn::Sqrt(v);
-      w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
-      if (kDecayAfter) w = hn::Mul(w, adam.decay);
-      StoreNarrow(df, w, var + i);
-      hn::Store(m, df, m_new + j);
-      hn::Store(s, df, v_new + j);
-      acc_m = MaxAbs(m, acc_m);
-      acc_v = hn::Max(s, acc_v);
-      var_check.Add(w);
+    // The update loop, with the lost-v guard or without (kGuard, below).
+    auto update = [&](auto guard_tag) HWY_ATTR {
+      constexpr int kGuard = decltype(guard_tag)::value;
+      for (int64_t j = 0; j < upd_len; j += N) {
+        const int64_t i = lo + j;
+        auto m = Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m);
+        const auto sv = Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v);
+        auto v = kGuard == 1 ? SquareGuardedByCode(df, vcodes + i, m, sv) : hn::Mul(sv, sv);
+        if constexpr (kGuard == 2) v = GuardLostVOfSquare(m, v);
+        // adam.Update, operation for operation.
+        auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
+        if (adam.decay_before) w = hn::Mul(w, adam.decay);
+        const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
+        m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
+        v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
+        const auto s = hn::Sqrt(v);
+        w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
+        if (kDecayAfter) w = hn::Mul(w, adam.decay);
+        StoreNarrow(df, w, var + i);
+        hn::Store(m, df, m_new + j);
+        hn::Store(s, df, v_new + j);
+        acc_m = MaxAbs(m, acc_m);
+        acc_v = hn::Max(s, acc_v);
+        var_check.Add(w);
+      }
+    };
+    // The lost-v guard (v = m * m where v = s * s is 0) where the scale of sqrt(v) is finite and at
+    // least 2^-50: there a code of 0 gives s = +0 and v = +0, and every other code s >= 2^-10 *
+    // 2^-50 (the least nonzero UE4M4 value times the scale, rounded: no less), so v = s * s >=
+    // 2^-120, a normal float (not even flushed to zero): v is 0 exactly where the code is 0. So a
+    // block without a code of 0 (the usual one) needs no guard, and another one takes its mask from
+    // the codes (off the update's longest chain) rather than from v.
+    if (scale_v >= 0x1p-50f && scale_v <= std::numeric_limits<float>::max()) {
+      if (!Fp8HasZeroCode(vcodes + lo, upd_len)) {
+        update(std::integral_constant<int, 0>());
+      } else {
+        update(std::integral_constant<int, 1>());
+      }
+    } else {
+      update(std::integral_constant<int, 2>());
     }
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
     bool var_ok = true;

@@ -129,11 +129,41 @@ HWY_INLINE bool Fp8HasNanCode(const uint8_t *p, int64_t n) {
   return nan;
 }
 
+// Whether any of the n codes at p is 0.
+HWY_INLINE bool Fp8HasZeroCode(const uint8_t *p, int64_t n) {
+  const hn::ScalableTag<uint8_t> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(d8));
+  auto acc = hn::Set(d8, uint8_t{0xff});
+  int64_t j = 0;
+  for (; j + N <= n; j += N) acc = hn::Min(acc, hn::LoadU(d8, p + j));
+  bool zero = !hn::AllFalse(d8, hn::Eq(acc, hn::Zero(d8)));
+  for (; j < n; ++j) zero = zero || p[j] == 0;
+  return zero;
+}
+
 // The lost-v guard (docs/fp8_state.md) in the FP8 format, where v is s * s (never -0): v = m * m
 // where v is 0. The same as "where v is 0 and m is not": for m = +-0, m * m is +0, which v is.
 template <class V>
 HWY_INLINE V GuardLostVOfSquare(V m, V v) {
   return hn::IfThenElse(hn::Eq(v, hn::Zero(hn::DFromV<V>())), hn::Mul(m, m), v);
+}
+
+// v = s * s with the lost-v guard, where v is 0 exactly where the code of s at p is 0 (the caller
+// knows; see ApplyAdamWQuant's Fp8Blocks): m * m there. On AVX-512 the mask comes from the codes
+// (VPTESTMB) and the square is a masked multiplication into m * m, so that v waits for nothing
+// more than s * s.
+template <class DF>
+HWY_INLINE hn::Vec<DF> SquareGuardedByCode(DF df, const uint8_t *p, hn::Vec<DF> m, hn::Vec<DF> s) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(DF()) == 16) {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    return hn::Vec<DF>{
+        _mm512_mask_mul_ps(hn::Mul(m, m).raw, _mm_test_epi8_mask(c, c), s.raw, s.raw)};
+  }
+#endif
+  (void)df;
+  (void)p;
+  return GuardLostVOfSquare(m, hn::Mul(s, s));
 }
 
 // value(code) * scale for the N codes at p (N = Lanes(df)), as Mul(Fp8Value<F>(the codes), scale)
