@@ -226,14 +226,28 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     VarCheck<decltype(df), T> var_check{hn::Zero(di), 0};
     T *var_b = var + lo;
     auto *old_bits = reinterpret_cast<unsigned char *>(w_new);
-    // The update loop, with the lost-v guard or without (kGuard, below).
+    // The update loop, with the lost-v guard or without (kGuard, below), software-pipelined in
+    // three stages so that fewer operations wait in the core's window for the square root and the
+    // division: each turn decodes the codes of vector j + 2N, updates vector j + N up to its square
+    // root (m and its maximum done there), and finishes vector j (the division, var, s).
     auto update = [&](auto guard_tag) HWY_ATTR {
       constexpr int kGuard = decltype(guard_tag)::value;
-      for (int64_t j = 0; j < upd_len; j += N) {
+      using V = hn::Vec<decltype(df)>;
+      struct Decoded {
+        V m, sv;
+      };
+      struct Front {
+        V s, mstep, w;
+      };
+      auto decode = [&](int64_t j) HWY_ATTR {
         const int64_t i = lo + j;
-        auto m = Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m);
-        const auto sv = Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v);
-        auto v = kGuard == 1 ? SquareGuardedByCode(df, vcodes + i, m, sv) : hn::Mul(sv, sv);
+        return Decoded{Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m),
+                       Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v)};
+      };
+      auto front = [&](int64_t j, const Decoded &d) HWY_ATTR {
+        const int64_t i = lo + j;
+        auto m = d.m;
+        auto v = kGuard == 1 ? SquareGuardedByCode(df, vcodes + i, m, d.sv) : hn::Mul(d.sv, d.sv);
         if constexpr (kGuard == 2) v = GuardLostVOfSquare(m, v);
         // adam.Update, operation for operation.
         auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
@@ -241,16 +255,29 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
         const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
         m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
         v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
-        const auto s = hn::Sqrt(v);
-        w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
-        if (kDecayAfter) w = hn::Mul(w, adam.decay);
-        StoreNarrow(df, w, var + i);
         hn::Store(m, df, m_new + j);
-        hn::Store(s, df, v_new + j);
         acc_m = MaxAbs(m, acc_m);
-        acc_v = hn::Max(s, acc_v);
+        return Front{hn::Sqrt(v), hn::Mul(m, adam.step), w};
+      };
+      auto back = [&](int64_t j, const Front &f) HWY_ATTR {
+        auto w = hn::Add(f.w, hn::Div(f.mstep, hn::Add(f.s, adam.eps)));
+        if (kDecayAfter) w = hn::Mul(w, adam.decay);
+        StoreNarrow(df, w, var + lo + j);
+        hn::Store(f.s, df, v_new + j);
+        acc_v = hn::Max(f.s, acc_v);
         var_check.Add(w);
+      };
+      if (upd_len == 0) return;
+      Front f = front(0, decode(0));
+      Decoded d = decode(N < upd_len ? N : 0);
+      for (int64_t j = N; j < upd_len; j += N) {
+        const Decoded next_d = decode(j + N < upd_len ? j + N : j);  // (the last turn: again)
+        const Front next_f = front(j, d);
+        back(j - N, f);
+        f = next_f;
+        d = next_d;
       }
+      back(upd_len - N, f);
     };
     // The lost-v guard (v = m * m where v = s * s is 0) where the scale of sqrt(v) is finite and at
     // least 2^-50: there a code of 0 gives s = +0 and v = +0, and every other code s >= 2^-10 *
