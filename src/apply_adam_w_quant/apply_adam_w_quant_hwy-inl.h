@@ -82,18 +82,14 @@ HWY_INLINE V MaxAbs(V m, V acc) {
   return hn::Max(hn::Abs(m), acc);
 }
 
-// The FP8 format's codes and scales of a block whose guard held (StoreFp8Block without var), its
-// codes by Fp8CodeInBlock.
+// The FP8 format's codes of a block whose guard held (StoreFp8Block without var and scales), its
+// codes by Fp8CodeInBlock, for the block's scales sm (m) and sv (sqrt(v)).
 template <class DF, class DI, class D8>
 HWY_INLINE void StoreFp8BlockCodes(DF df, DI di, D8 d8, const float *m_new, const float *s_new,
-                                   float max_m, float max_s, int64_t len, uint8_t *mc, uint8_t *vc,
-                                   float *scale_m, float *scale_v) {
+                                   const Fp8BlockScale &sm, const Fp8BlockScale &sv, int64_t len,
+                                   uint8_t *mc, uint8_t *vc) {
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t vec_len = len / N * N;
-  const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
-  const Fp8BlockScale sv = fp8_block_scale<kUE4M4>(max_s);
-  *scale_m = sm.scale;
-  *scale_v = sv.scale;
   const auto inv_m = hn::Set(df, sm.inv), inv_v = hn::Set(df, sv.inv);
   if (sm.inv != 0.0f && sv.inv != 0.0f) {  // the usual block: no zero scale, no test per vector
     for (int64_t j = 0; j < vec_len; j += N) {
@@ -187,7 +183,11 @@ HWY_INLINE hn::Vec<DF> LoadAndKeepVar(DF df, const T *p, unsigned char *out) {
 //    time, and its guard refuses it), not mapped per vector;
 //  - no multiplication by a gnorm_scale of 1 (kUnitGs: grad * 1 is grad), the decay after the
 //    update a template argument (kDecayAfter: a.decay_after); |m|'s maximum by MaxAbs;
-//    var's check by VarCheck; the codes by Fp8CodeInBlock.
+//    var's check by VarCheck; the codes by Fp8CodeInBlock;
+//  - the lost-v guard only where it can act: in a block whose scale of sqrt(v) is finite and at
+//    least 2^-50, v is 0 exactly where its code is 0, so a block without such a code runs without
+//    the guard, and one with them takes the guard's mask from the codes (SquareGuardedByCode);
+//  - a block's codes are stored after the next block's update loop (Pending), not after its own.
 template <typename T, bool kUnitGs, bool kDecayAfter>
 int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
@@ -199,14 +199,31 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   uint8_t *const mcodes = a.m, *const vcodes = a.v;  // (byte stores would make a.m reloaded)
   const auto zero = hn::Zero(df);
   const AdamVectors<decltype(df)> adam(df, a);
-  HWY_ALIGN float m_new[kBlock];
-  HWY_ALIGN float v_new[kBlock];
+  // The new m and sqrt(v) of this block (mv_new[cur]) and of the block before (mv_new[cur ^ 1]),
+  // whose codes are stored after this block's update loop (Pending, below).
+  HWY_ALIGN float mv_new[2][2][kBlock];
   HWY_ALIGN float w_new[kBlock];  // the old var's bits (vectors), the new var (the scalar tail)
   int64_t skipped = 0;
+  // A block whose guard held and whose codes are not stored yet: its codes are made after the next
+  // block's update loop (or at the end), when its scales have long been known; so the coding loop
+  // never waits on the block's maxima and the scales' divisions, which end the update loop's
+  // longest chain.
+  struct Pending {
+    int64_t lo = -1, len = 0;
+    Fp8BlockScale sm{}, sv{};
+  } pend;
+  int cur = 0;
+  auto store_pending = [&] {
+    if (pend.lo < 0) return;
+    StoreFp8BlockCodes(df, di, d8, mv_new[cur ^ 1][0], mv_new[cur ^ 1][1], pend.sm, pend.sv,
+                       pend.len, mcodes + pend.lo, vcodes + pend.lo);
+    pend.lo = -1;
+  };
 
   for (int64_t b = begin; b < end; ++b) {
     const int64_t lo = b * kBlock, len = std::min(kBlock, a.n - lo);
     const int64_t vec_len = len / N * N;
+    float *const m_new = mv_new[cur][0], *const v_new = mv_new[cur][1];
     float *absmax_m = a.absmax_m + b * a.absmax_m_stride;
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
@@ -223,27 +240,75 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     VarCheck<decltype(df), T> var_check{hn::Zero(di), 0};
     T *var_b = var + lo;
     auto *old_bits = reinterpret_cast<unsigned char *>(w_new);
-    for (int64_t j = 0; j < upd_len; j += N) {
-      const int64_t i = lo + j;
-      auto m = Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m);
-      const auto sv = Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v);
-      auto v = GuardLostVOfSquare(m, hn::Mul(sv, sv));  // (always on in the FP8 format)
-      // adam.Update, operation for operation.
-      auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
-      if (adam.decay_before) w = hn::Mul(w, adam.decay);
-      const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
-      m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
-      v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
-      const auto s = hn::Sqrt(v);
-      w = hn::Add(w, hn::Div(hn::Mul(m, adam.step), hn::Add(s, adam.eps)));
-      if (kDecayAfter) w = hn::Mul(w, adam.decay);
-      StoreNarrow(df, w, var + i);
-      hn::Store(m, df, m_new + j);
-      hn::Store(s, df, v_new + j);
-      acc_m = MaxAbs(m, acc_m);
-      acc_v = hn::Max(s, acc_v);
-      var_check.Add(w);
+    // The update loop, with the lost-v guard or without (kGuard, below), software-pipelined in
+    // three stages so that fewer operations wait in the core's window for the square root and the
+    // division: each turn decodes the codes of vector j + 2N, updates vector j + N up to its square
+    // root (m and its maximum done there), and finishes vector j (the division, var, s).
+    auto update = [&](auto guard_tag) HWY_ATTR {
+      constexpr int kGuard = decltype(guard_tag)::value;
+      using V = hn::Vec<decltype(df)>;
+      struct Decoded {
+        V m, sv;
+      };
+      struct Front {
+        V s, mstep, w;
+      };
+      auto decode = [&](int64_t j) HWY_ATTR {
+        const int64_t i = lo + j;
+        return Decoded{Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m),
+                       Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v)};
+      };
+      auto front = [&](int64_t j, const Decoded &d) HWY_ATTR {
+        const int64_t i = lo + j;
+        auto m = d.m;
+        auto v = kGuard == 1 ? SquareGuardedByCode(df, vcodes + i, m, d.sv) : hn::Mul(d.sv, d.sv);
+        if constexpr (kGuard == 2) v = GuardLostVOfSquare(m, v);
+        // adam.Update, operation for operation.
+        auto w = LoadAndKeepVar(df, var + i, old_bits + j * sizeof(T));
+        if (adam.decay_before) w = hn::Mul(w, adam.decay);
+        const auto g = kUnitGs ? LoadWide(df, grad + i) : hn::Mul(LoadWide(df, grad + i), adam.gs);
+        m = hn::Add(hn::Mul(m, adam.b1), hn::Mul(g, adam.omb1));
+        v = hn::Add(hn::Mul(v, adam.b2), hn::Mul(hn::Mul(g, g), adam.omb2));
+        hn::Store(m, df, m_new + j);
+        acc_m = MaxAbs(m, acc_m);
+        return Front{hn::Sqrt(v), hn::Mul(m, adam.step), w};
+      };
+      auto back = [&](int64_t j, const Front &f) HWY_ATTR {
+        auto w = hn::Add(f.w, hn::Div(f.mstep, hn::Add(f.s, adam.eps)));
+        if (kDecayAfter) w = hn::Mul(w, adam.decay);
+        StoreNarrow(df, w, var + lo + j);
+        hn::Store(f.s, df, v_new + j);
+        acc_v = hn::Max(f.s, acc_v);
+        var_check.Add(w);
+      };
+      if (upd_len == 0) return;
+      Front f = front(0, decode(0));
+      Decoded d = decode(N < upd_len ? N : 0);
+      for (int64_t j = N; j < upd_len; j += N) {
+        const Decoded next_d = decode(j + N < upd_len ? j + N : j);  // (the last turn: again)
+        const Front next_f = front(j, d);
+        back(j - N, f);
+        f = next_f;
+        d = next_d;
+      }
+      back(upd_len - N, f);
+    };
+    // The lost-v guard (v = m * m where v = s * s is 0) where the scale of sqrt(v) is finite and at
+    // least 2^-50: there a code of 0 gives s = +0 and v = +0, and every other code s >= 2^-10 *
+    // 2^-50 (the least nonzero UE4M4 value times the scale, rounded: no less), so v = s * s >=
+    // 2^-120, a normal float (not even flushed to zero): v is 0 exactly where the code is 0. So a
+    // block without a code of 0 (the usual one) needs no guard, and another one takes its mask from
+    // the codes (off the update's longest chain) rather than from v.
+    if (scale_v >= 0x1p-50f && scale_v <= std::numeric_limits<float>::max()) {
+      if (!Fp8HasZeroCode(vcodes + lo, upd_len)) {
+        update(std::integral_constant<int, 0>());
+      } else {
+        update(std::integral_constant<int, 1>());
+      }
+    } else {
+      update(std::integral_constant<int, 2>());
     }
+    store_pending();  // the block before's codes
     float max_m = 0.0f, max_v = -std::numeric_limits<float>::infinity();
     bool var_ok = true;
     if (upd_len > 0) {
@@ -273,9 +338,15 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       continue;
     }
     for (int64_t j = upd_len; j < len; ++j) var_b[j] = from_float<T>(w_new[j]);
-    StoreFp8BlockCodes(df, di, d8, m_new, v_new, max_m + 0.0f, max_v + 0.0f, len, mcodes + lo,
-                       vcodes + lo, absmax_m, absmax_v);
+    pend.sm = fp8_block_scale<kE4M3>(max_m + 0.0f);
+    pend.sv = fp8_block_scale<kUE4M4>(max_v + 0.0f);
+    *absmax_m = pend.sm.scale;
+    *absmax_v = pend.sv.scale;
+    pend.lo = lo;
+    pend.len = len;
+    cur ^= 1;
   }
+  store_pending();
   return skipped;
 }
 

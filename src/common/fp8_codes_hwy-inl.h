@@ -72,6 +72,17 @@ HWY_INLINE hn::Vec<DI> Fp8Code(DF df, DI di, hn::Vec<DF> x) {
   return code;
 }
 
+// (binade & mask) | c, the same as OrAnd(c, binade, mask); on AVX-512 one VPTERNLOGD that
+// overwrites binade (a temporary) rather than a copy of the constant c.
+template <class V>
+HWY_INLINE V MaskedOr(V binade, V mask, V c) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(hn::DFromV<V>()) == 16)
+    return V{_mm512_ternarylogic_epi32(binade.raw, mask.raw, c.raw, 0xea)};  // (A & B) | C
+#endif
+  return hn::OrAnd(c, binade, mask);
+}
+
 // The code of x = value * inv in a block coded with that inv (fp8_block_code: |value| at most the
 // block's largest, so |x| at most the format's largest value rounded up by the two roundings of
 // MAX / a and value * inv, 448 * (1 + 2^-22) or 496 * (1 + 2^-22), which rounds to the largest
@@ -97,7 +108,7 @@ HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
     // magnitude of x and 2^-6, the sign of x); the sign goes to bit 7 from the sum's bit 31.
     const auto binade =
         hn::BitCast(di, hn::Vec<DF>{_mm512_range_ps(x.raw, _mm512_set1_ps(0x1p-6f), 0x03)});
-    const auto k = hn::Add(hn::OrAnd(hn::Set(di, kC0), binade, hn::Set(di, int32_t(0xff800000u))),
+    const auto k = hn::Add(MaskedOr(binade, hn::Set(di, int32_t(0xff800000u)), hn::Set(di, kC0)),
                            hn::Set(di, int32_t{S} << 23));
     const auto sum = hn::BitCast(di, hn::Add(x, hn::BitCast(df, k)));
     // (The arithmetic shift of a negative sum differs from the logical one above bit 11 only.)
@@ -108,7 +119,7 @@ HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
   // UE4M4 codes sqrt(v) * inv: never negative (v >= +0, so sqrt(v) is +0 or more).
   const auto b = F.is_signed ? hn::And(bits, hn::Set(di, 0x7fffffff)) : bits;
   const auto binade = hn::Max(b, hn::Set(di, 0x3c800000));  // 2^-6's bits
-  const auto k = hn::Add(hn::OrAnd(hn::Set(di, kC0), binade, hn::Set(di, 0x7f800000)),
+  const auto k = hn::Add(MaskedOr(binade, hn::Set(di, 0x7f800000), hn::Set(di, kC0)),
                          hn::Set(di, int32_t{S} << 23));
   const auto sum = hn::BitCast(di, hn::Add(hn::BitCast(df, b), hn::BitCast(df, k)));
   auto code = hn::Add(sum, hn::ShiftRight<S>(sum));
@@ -129,11 +140,41 @@ HWY_INLINE bool Fp8HasNanCode(const uint8_t *p, int64_t n) {
   return nan;
 }
 
+// Whether any of the n codes at p is 0.
+HWY_INLINE bool Fp8HasZeroCode(const uint8_t *p, int64_t n) {
+  const hn::ScalableTag<uint8_t> d8;
+  const auto N = static_cast<int64_t>(hn::Lanes(d8));
+  auto acc = hn::Set(d8, uint8_t{0xff});
+  int64_t j = 0;
+  for (; j + N <= n; j += N) acc = hn::Min(acc, hn::LoadU(d8, p + j));
+  bool zero = !hn::AllFalse(d8, hn::Eq(acc, hn::Zero(d8)));
+  for (; j < n; ++j) zero = zero || p[j] == 0;
+  return zero;
+}
+
 // The lost-v guard (docs/fp8_state.md) in the FP8 format, where v is s * s (never -0): v = m * m
 // where v is 0. The same as "where v is 0 and m is not": for m = +-0, m * m is +0, which v is.
 template <class V>
 HWY_INLINE V GuardLostVOfSquare(V m, V v) {
   return hn::IfThenElse(hn::Eq(v, hn::Zero(hn::DFromV<V>())), hn::Mul(m, m), v);
+}
+
+// v = s * s with the lost-v guard, where v is 0 exactly where the code of s at p is 0 (the caller
+// knows; see ApplyAdamWQuant's Fp8Blocks): m * m there. On AVX-512 the mask comes from the codes
+// (VPTESTMB) and the square is a masked multiplication into m * m, so that v waits for nothing
+// more than s * s.
+template <class DF>
+HWY_INLINE hn::Vec<DF> SquareGuardedByCode(DF df, const uint8_t *p, hn::Vec<DF> m, hn::Vec<DF> s) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(DF()) == 16) {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    return hn::Vec<DF>{
+        _mm512_mask_mul_ps(hn::Mul(m, m).raw, _mm_test_epi8_mask(c, c), s.raw, s.raw)};
+  }
+#endif
+  (void)df;
+  (void)p;
+  return GuardLostVOfSquare(m, hn::Mul(s, s));
 }
 
 // value(code) * scale for the N codes at p (N = Lanes(df)), as Mul(Fp8Value<F>(the codes), scale)
