@@ -13,7 +13,8 @@ optim_bits=32 (float32 moments, fusekit's arithmetic), which separates the order
 (decay after the step, eps scaled by sqrt(1 - beta2^t)) from the quantization. Reported per
 optimizer: the loss curve, the final loss (last step and mean of the last 20), the held-out loss
 and accuracy on two held-out sets, the task's own sentences and sentences in words and phrasings
-no training batch holds (each loss also relative to torch.optim.AdamW's), optimizer-state bytes (the
+no training batch holds (each loss also relative to torch.optim.AdamW's), how far training moved
+the weights (the L2 norm of the change from the common start) and the head's norm, optimizer-state bytes (the
 sum of the distinct state tensors' bytes), and the medians of the seconds per optimizer step and
 per train step (forward, backward, step). Written to out/minilm.json and docs/minilm_loss.png of
 the checkout (--json, --plot; --plot-only redraws the plot from the JSON). --optimizers picks the
@@ -256,6 +257,7 @@ class Run:
         self.model.load_state_dict(init_state)
         self.model.train()
         self.opt = make_opt(self.model.parameters())
+        self.init_state = init_state
         self.losses, self.opt_s, self.step_s = [], [], []
 
     def step(self, ids, mask, y):
@@ -284,6 +286,13 @@ class Run:
         eval_loss, acc = self.evaluate(eval_set)
         unseen_loss, unseen_acc = self.evaluate(unseen_set)
         nparams = sum(p.numel() for p in self.model.parameters())
+        # How far training moved the weights (the L2 norm of the change from the common start,
+        # all trained parameters) and the head's norm (which scales the logits' margins).
+        with torch.no_grad():
+            moved = sum(float(((p.double() - self.init_state[k].double()) ** 2).sum())
+                        for k, p in self.model.state_dict().items()
+                        if p.is_floating_point()) ** 0.5
+            head_norm = float(self.model.head.weight.double().norm())
         sb = state_bytes(self.opt)
         b8, n8 = eight_bit_bytes(self.opt)
         warm = min(warm, len(self.losses) - 1)
@@ -295,6 +304,8 @@ class Run:
             "eval_accuracy": acc,
             "unseen_loss": unseen_loss,
             "unseen_accuracy": unseen_acc,
+            "weights_moved_l2": moved,
+            "head_weight_l2": head_norm,
             "params": nparams,
             "state_bytes": sb,
             "state_bytes_per_param": sb / nparams,
