@@ -14,8 +14,8 @@ optim_bits=32 (float32 moments, fusekit's arithmetic), which separates the order
 optimizer: the loss curve, the final loss (last step and mean of the last 20), the held-out loss
 and accuracy on two held-out sets, the task's own sentences and sentences in words and phrasings
 no training batch holds (each loss also relative to torch.optim.AdamW's), how far training moved
-the weights (the L2 norm of the change from the common start) and the head's norm, optimizer-state bytes (the
-sum of the distinct state tensors' bytes), and the medians of the seconds per optimizer step and
+the weights (the L2 norm of the change from the common start) and the head's norm,
+optimizer-state bytes (the sum of the distinct state tensors' bytes), and the medians of the seconds per optimizer step and
 per train step (forward, backward, step). Written to out/minilm.json and docs/minilm_loss.png of
 the checkout (--json, --plot; --plot-only redraws the plot from the JSON). --optimizers picks the
 runs (torch.optim.AdamW, the reference, always runs).
