@@ -477,19 +477,36 @@ Case begin_case(const uint8_t *data, size_t size, void (*decode)(Input &, Case *
 // The C++ API's reference implementation, one thread, run on `tensors` (views of copies of the
 // inputs as at the snapshot) with `scalars`, must accept what the aclnn call accepted and give
 // the bits the call wrote at `outputs` (any NaN for any NaN).
+// The C++ API's whole sequence on `tensors`: the problem made and checked, a plan, its workspace
+// (for the tensors' batch where the plan's workspace depends on it), one run. The status of the
+// first step that refused, or of the run.
+template <class Plan, class Problem, class Tensors, class Options, class Scalars>
+fusekit::Status plan_and_run(const Tensors &tensors, const Options &o, const Scalars &scalars) {
+  Problem problem;
+  fusekit::Status s = Problem::make(tensors, o, &problem);
+  if (s.ok()) s = problem.check(tensors);
+  Plan plan;
+  if (s.ok()) s = Plan::plan(problem, o, &plan);
+  size_t bytes = 0;
+  if (s.ok()) {
+    if constexpr (requires { plan.workspace_size(tensors); }) {
+      bytes = plan.workspace_size(tensors);
+    } else {
+      bytes = plan.workspace_size();
+    }
+  }
+  std::vector<char> workspace(bytes);
+  if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
+  return s;
+}
+
 template <class Plan, class Problem, class Tensors, class Options, class Scalars>
 void expect_reference(World &w, std::vector<std::unique_ptr<Buffer>> &copies,
                       const Tensors &tensors, Options o, const Scalars &scalars,
                       const std::vector<std::pair<int, int64_t>> &outputs, const char *op) {
   o.kernel = fusekit::KernelChoice::kReference;
   o.num_threads = 1;
-  Problem problem;
-  fusekit::Status s = Problem::make(tensors, o, &problem);
-  if (s.ok()) s = problem.check(tensors);
-  Plan plan;
-  if (s.ok()) s = Plan::plan(problem, o, &plan);
-  std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
-  if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
+  const fusekit::Status s = plan_and_run<Plan, Problem>(tensors, o, scalars);
   FZ_CHECK(s.ok(), "%s succeeded but the C++ reference refused: %s", op, s.message().c_str());
   w.expect_same_as(copies, outputs,
                    (std::string(op) + " against the reference implementation").c_str());
@@ -503,14 +520,7 @@ template <class Plan, class Problem, class Options, class Bind>
 void expect_implementations_agree(const World &w, Options o, Bind &&bind, const char *what) {
   auto run = [&](std::vector<std::unique_ptr<Buffer>> &bufs, const Options &opt) {
     const auto [tensors, scalars] = bind(bufs);
-    Problem problem;
-    fusekit::Status s = Problem::make(tensors, opt, &problem);
-    if (s.ok()) s = problem.check(tensors);
-    Plan plan;
-    if (s.ok()) s = Plan::plan(problem, opt, &plan);
-    std::vector<char> workspace(s.ok() ? plan.workspace_size() : 0);
-    if (s.ok()) s = plan.run(tensors, scalars, workspace.data(), workspace.size());
-    return s;
+    return plan_and_run<Plan, Problem>(tensors, opt, scalars);
   };
   auto fast = w.copies(), ref = w.copies();
   const fusekit::Status a = run(fast, o);

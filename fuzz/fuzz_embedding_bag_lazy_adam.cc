@@ -153,13 +153,9 @@ fusekit::Status run_quant(Case &c, const fusekit::EmbeddingBagLazyAdamQuantTenso
   o.guard_lost_v = c.state == State::kDynamicMapGuarded;
   o.num_threads = reference ? 1 : c.threads;
   o.kernel = reference ? fusekit::KernelChoice::kReference : fusekit::KernelChoice::kAuto;
-  fusekit::EmbeddingBagLazyAdamQuantProblem problem;
-  fusekit::Status s = fusekit::EmbeddingBagLazyAdamQuantProblem::make(t, o, &problem);
-  fusekit::EmbeddingBagLazyAdamQuant plan;
-  if (s.ok()) s = fusekit::EmbeddingBagLazyAdamQuant::plan(problem, o, &plan);
-  std::vector<char> ws(s.ok() ? plan.workspace_size(t) : 0);
-  if (s.ok()) s = plan.run(t, {.lr = 0.01f, .lr_tensor = {}}, ws.data(), ws.size());
-  return s;
+  return fz::plan_and_run<fusekit::EmbeddingBagLazyAdamQuant,
+                          fusekit::EmbeddingBagLazyAdamQuantProblem>(
+      t, o, fusekit::EmbeddingBagLazyAdamQuantScalars{.lr = 0.01f, .lr_tensor = {}});
 }
 
 fusekit::Status run(Case &c, bool reference) {
@@ -186,13 +182,8 @@ fusekit::Status run(Case &c, bool reference) {
   o.pooling = c.mean ? fusekit::PoolingMode::kMean : fusekit::PoolingMode::kSum;
   o.num_threads = reference ? 1 : c.threads;
   o.kernel = reference ? fusekit::KernelChoice::kReference : fusekit::KernelChoice::kAuto;
-  fusekit::EmbeddingBagLazyAdamProblem problem;
-  fusekit::Status s = fusekit::EmbeddingBagLazyAdamProblem::make(t, o, &problem);
-  fusekit::EmbeddingBagLazyAdam plan;
-  if (s.ok()) s = fusekit::EmbeddingBagLazyAdam::plan(problem, o, &plan);
-  std::vector<char> ws(s.ok() ? plan.workspace_size(t) : 0);
-  if (s.ok()) s = plan.run(t, {.lr = 0.01f, .lr_tensor = {}}, ws.data(), ws.size());
-  return s;
+  return fz::plan_and_run<fusekit::EmbeddingBagLazyAdam, fusekit::EmbeddingBagLazyAdamProblem>(
+      t, o, fusekit::EmbeddingBagLazyAdamScalars{.lr = 0.01f, .lr_tensor = {}});
 }
 
 template <class T>
