@@ -12,17 +12,40 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/fp8_oracle.h"
 #include "common/half_floats.h"
+#include "common/test_util.h"
 #include "fusekit/dtype.h"
 
 namespace fusekit::testing {
 
 using QuantMap = std::array<float, 256>;
+
+// The random 8-bit state the LazyAdamQuant and EmbeddingBagLazyAdamQuant tests start from, in
+// `c` (a test's case: m, v, am, av, rows, blocks, bstride, bat(), fp8()): every code drawn (in the
+// FP8 format never E4M3's NaN codes: a finite state), the blocks' absmax (scales, in FP8: m up to
+// 224 and sqrt(v) up to 149, larger but of the same shapes), row 2's first block of m all zero and
+// row 3's first block of v all zero beside a non-zero m (the lost-v guard's case).
+template <class Case>
+void fill_random_quant_state(Case &c, std::mt19937_64 &rng, size_t cells) {
+  c.m.resize(cells);
+  c.v.resize(cells);
+  for (auto &x : c.m) {
+    x = static_cast<uint8_t>(rng() & 0xff);
+    if (c.fp8() && (x & 0x7f) == 0x7f) x ^= 1;  // not E4M3's NaN codes: finite state
+  }
+  for (auto &x : c.v) x = static_cast<uint8_t>(rng() & 0xff);
+  const auto bcells = static_cast<size_t>(std::max<int64_t>(c.rows * c.bstride, 1));
+  c.am = uniform(rng, bcells, 0.001f, 0.5f);
+  c.av = uniform(rng, bcells, 1e-6f, 0.3f);
+  if (c.rows > 3 && c.blocks > 0) c.am[c.bat(2, 0)] = 0.0f;  // an all-zero moment block
+  if (c.rows > 4 && c.blocks > 0) c.av[c.bat(3, 0)] = 0.0f;  // v all zero beside m: the guard's
+}
 
 // ApplyAdamWQuant's nearest code, with m's sign fix when `sign_fix` (and the map is signed).
 inline int nearest_code(const QuantMap &q, float x, bool sign_fix) {

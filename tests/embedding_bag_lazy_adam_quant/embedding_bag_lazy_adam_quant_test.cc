@@ -152,18 +152,7 @@ Case make_case(uint64_t salt, const Shape &sh, State state, Mode mode, DType t =
   if (mode.weighted) c.weights = uniform(rng, static_cast<size_t>(c.lookups), -1.5f, 1.5f);
   const auto cells = static_cast<size_t>(std::max<int64_t>(c.rows * c.stride, 1));
   c.var = FloatBuf(t, uniform(rng, cells, -2.f, 2.f));
-  c.m.resize(cells);
-  c.v.resize(cells);
-  for (auto &x : c.m) {
-    x = static_cast<uint8_t>(rng() & 0xff);
-    if (c.fp8() && (x & 0x7f) == 0x7f) x ^= 1;  // not E4M3's NaN codes: finite state
-  }
-  for (auto &x : c.v) x = static_cast<uint8_t>(rng() & 0xff);
-  const auto bcells = static_cast<size_t>(std::max<int64_t>(c.rows * c.bstride, 1));
-  c.am = uniform(rng, bcells, 0.001f, 0.5f);
-  c.av = uniform(rng, bcells, 1e-6f, 0.3f);
-  if (c.rows > 3 && c.blocks > 0) c.am[c.bat(2, 0)] = 0.0f;  // an all-zero moment block
-  if (c.rows > 4 && c.blocks > 0) c.av[c.bat(3, 0)] = 0.0f;  // v all zero beside m: the guard's
+  fill_random_quant_state(c, rng, cells);
   if (state == State::kLinspace) {
     c.qm = linspace_map(-1, 1);
     c.qv = linspace_map(0, 1);

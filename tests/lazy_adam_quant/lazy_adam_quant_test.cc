@@ -145,21 +145,9 @@ Case make_case(uint64_t salt, Shape sh, DType t = DType::kFloat32, DType gt = DT
   c.var = FloatBuf(t, uniform(rng, cells, -2.f, 2.f));
   c.grad = FloatBuf(
       gt, uniform(rng, static_cast<size_t>(std::max<int64_t>(c.n * c.dim, 1)), -gmax, gmax));
-  c.m.resize(cells);
-  c.v.resize(cells);
   c.format = maps == Maps::kFp8 ? QuantStateFormat::kFp8 : QuantStateFormat::kDynamicMap;
   c.guard = maps == Maps::kFp8 || maps == Maps::kDynamicGuarded;
-  for (auto &x : c.m) {
-    x = static_cast<uint8_t>(rng() & 0xff);
-    if (c.fp8() && (x & 0x7f) == 0x7f) x ^= 1;  // not E4M3's NaN codes: finite state
-  }
-  for (auto &x : c.v) x = static_cast<uint8_t>(rng() & 0xff);
-  const auto bcells = static_cast<size_t>(std::max<int64_t>(c.rows * c.bstride, 1));
-  // As scales (FP8) these give m up to 224 and sqrt(v) up to 149: larger, but the same shapes.
-  c.am = uniform(rng, bcells, 0.001f, 0.5f);
-  c.av = uniform(rng, bcells, 1e-6f, 0.3f);
-  if (c.rows > 3 && c.blocks > 0) c.am[c.bat(2, 0)] = 0.0f;  // an all-zero moment block
-  if (c.rows > 4 && c.blocks > 0) c.av[c.bat(3, 0)] = 0.0f;  // v all zero beside m: the guard's
+  fill_random_quant_state(c, rng, cells);
   if (c.fp8()) {  // the FP8 codes' extremes: below the first normal, saturated, near 2^-96
     for (int64_t j = 0; j < std::min<int64_t>(c.dim, 8) && c.rows > 6; ++j) {
       c.m[c.at(5, j)] = static_cast<uint8_t>(j);  // 0..7: E4M3 below its first normal
