@@ -19,6 +19,7 @@ from torch import nn  # noqa: E402
 
 import fusekit  # noqa: E402
 import fusekit.torch as ft  # noqa: E402
+from launch import end_rank  # noqa: E402
 
 SEED = 20261204
 STEPS, SAVE_AT = 12, 7
@@ -92,6 +93,8 @@ def main():
     if rank == 0:
         torch.save(results, out)
     dist.barrier()
+    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from torch.distributed.fsdp import fully_shard
 
 import fusekit
 import fusekit.torch as ft
+from launch import end_rank
 
 SEED = 20261203
 
@@ -78,14 +79,14 @@ def main():
                 torch.save({"refused": f"{type(e).__name__}: {e}"}, sys.argv[5])
             dist.barrier()
             dist.destroy_process_group()
-            return
+            end_rank()
         if mode == "reload":
             st = full_state(opt)
             if rank == 0:
                 torch.save({"state": st}, sys.argv[5])
             dist.barrier()
             dist.destroy_process_group()
-            return
+            end_rank()
         first = int(float(next(iter(opt.state.values()))["step"]))
     for s in range(first, first + steps):
         x, y = batch(s, rank, world)
@@ -105,6 +106,7 @@ def main():
             torch.save(params, sys.argv[5] if mode == "resume" else sys.argv[4])
     dist.barrier()
     dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 import fusekit
 import fusekit.torch as ft
+from launch import end_rank
 
 SEED = 20261202
 STEPS = 20
@@ -93,6 +94,7 @@ def main():
         torch.save(results, out)
     dist.barrier()
     dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

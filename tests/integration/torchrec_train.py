@@ -44,6 +44,7 @@ from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backwa
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 import fusekit.torchrec as ftr
+from launch import end_rank
 
 RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
@@ -464,3 +465,4 @@ if __name__ == "__main__":
         traceback.print_exc()
         sys.stdout.flush()
         os._exit(1)
+    end_rank()
