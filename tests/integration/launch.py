@@ -38,13 +38,17 @@ def ranks(script, *args, world=2, env=None):
 
 def end_rank():
     """A rank's end, called after its last collective and dist.destroy_process_group(), once every
-    output is written: exit at once (status 0) instead of tearing the interpreter down. What these
-    tests check is done by then; the teardown of torch's distributed threads and stores at
-    interpreter exit is not theirs to test. A rank of the FSDP2 DCP test (a save, torch 2.15, gloo)
-    once died in CI with "terminate called without an active exception" and no Python traceback;
-    it was not reproduced here (docs/ci.md), so where it died is not known: this end rules the
-    interpreter's teardown out, and PYTHONFAULTHANDLER (ranks()) prints where a rank was, should
-    one die of a signal again."""
+    output is written: exit at once (status 0) instead of finalizing the interpreter.
+
+    Why: gloo's worker thread (c10d::ProcessGroupGloo::runLoop, torch 2.15) releases a finished
+    collective's work object, which holds tensors with Python references (dist.barrier()'s
+    AsyncBarrierWork), a moment after the collective has returned, and destroy_process_group() does
+    not wait for it. When the main thread is finalizing the interpreter by then, that thread's GIL
+    acquire ends it by a forced unwind through a noexcept destructor: std::terminate, "terminate
+    called without an active exception", status -6. It failed CI once (the FSDP2 DCP test's save)
+    and came back here about once in 200 launches (the core dump's stack: docs/ci.md). PyTorch's
+    pull request 179291 describes the same race. ranks() sets PYTHONFAULTHANDLER, so that a rank
+    dying of a signal prints where every thread was."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -110,6 +110,11 @@ def main():
     save(model, dense, out, sparse)
     dist.barrier()
     dist.destroy_process_group()
+    # Exit without finalizing the interpreter: gloo's worker thread (torch 2.15) may still be
+    # releasing the barrier's work object, whose tensors hold Python references, and a GIL acquire
+    # during finalization aborts the process (tests/integration/launch.py, end_rank).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
