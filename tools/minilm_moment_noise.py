@@ -8,10 +8,14 @@ torch.optim.AdamW against torch.optim.AdamW whose float32 moments get a zero-mea
 after each step, m * (1 + u / 16) and sqrt(v) * (1 + u' / 32) with u, u' uniform in [-1, 1] (the
 largest relative rounding errors of E4M3 and UE4M4 in their normal range, without blocks, scales
 or 8 bits), from the same start on the same batches as examples/python/finetune_minilm.py at its
-default seed (the same held-out sets). About 4 minutes on two cores."""
+default seed (the same held-out sets). About 4 minutes on two cores.
+
+  ... tools/minilm_moment_noise.py --split    the error in m alone and in v alone instead
+                                             (three runs in lockstep: about 6 minutes)"""
 import pathlib
 import sys
 
+SPLIT = "--split" in sys.argv[1:]
 sys.argv = sys.argv[:1]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "python"))
 import numpy as np  # noqa: E402
@@ -50,19 +54,29 @@ gen = torch.Generator().manual_seed(1)
 
 
 class Noisy(torch.optim.AdamW):
+    def __init__(self, params, on_m=True, on_v=True, **kw):
+        super().__init__(params, **kw)
+        self.on_m, self.on_v = on_m, on_v
+
     def step(self, closure=None):
         r = super().step(closure)
         with torch.no_grad():
             for st in self.state.values():
                 m, v = st["exp_avg"], st["exp_avg_sq"]
-                m.mul_(1 + 0.0625 * (2 * torch.rand(m.shape, generator=gen) - 1))
-                s = v.sqrt().mul_(1 + 0.03125 * (2 * torch.rand(v.shape, generator=gen) - 1))
-                v.copy_(s * s)
+                if self.on_m:
+                    m.mul_(1 + 0.0625 * (2 * torch.rand(m.shape, generator=gen) - 1))
+                if self.on_v:
+                    s = v.sqrt().mul_(1 + 0.03125 * (2 * torch.rand(v.shape, generator=gen) - 1))
+                    v.copy_(s * s)
         return r
 
 
-runs = [f.Run("torch", lambda ps: torch.optim.AdamW(ps, **kw), init, factory),
-        f.Run("noisy", lambda ps: Noisy(ps, **kw), init, factory)]
+runs = [f.Run("torch", lambda ps: torch.optim.AdamW(ps, **kw), init, factory)]
+if SPLIT:
+    runs += [f.Run("noisy_m", lambda ps: Noisy(ps, on_v=False, **kw), init, factory),
+             f.Run("noisy_v", lambda ps: Noisy(ps, on_m=False, **kw), init, factory)]
+else:
+    runs += [f.Run("noisy", lambda ps: Noisy(ps, **kw), init, factory)]
 for b in batches:
     for r in runs:
         r.step(*b)

@@ -188,7 +188,7 @@ def rank_main(args):
     # A gloo rank's exit on torch 2.15: gloo's worker thread may release the last collective's
     # work object (its tensors hold Python references) just after the collective returns, and if
     # the interpreter is being finalized by then the process aborts ("terminate called without an
-    # active exception", about one exit in 200 here; PyTorch pull request 179291). Every output is
+    # active exception", once in about 210 exits here; PyTorch pull request 179291). Every output is
     # written: leave without finalizing.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -46,7 +46,7 @@ def end_rank():
     not wait for it. When the main thread is finalizing the interpreter by then, that thread's GIL
     acquire ends it by a forced unwind through a noexcept destructor: std::terminate, "terminate
     called without an active exception", status -6. It failed CI once (the FSDP2 DCP test's save)
-    and came back here about once in 200 launches (the core dump's stack: docs/ci.md). PyTorch's
+    and came back here once in about 210 launches (the core dump's stack: docs/ci.md). PyTorch's
     pull request 179291 describes the same race. ranks() sets PYTHONFAULTHANDLER, so that a rank
     dying of a signal prints where every thread was."""
     sys.stdout.flush()
