@@ -20,7 +20,9 @@ docs/fp8_state.md only (not from the C++).
 
 Also E5M2 (float8_e5m2: 1 sign, 5 exponent bits with bias 15, 2 mantissa bits, largest finite
 57344, saturating there; codes 0x7c / 0xfc are +-Inf, 0x7d..0x7f / 0xfd..0xff NaN), for the
-format study only (tools/fp8_v_format_study.py): fusekit does not store it."""
+format study only (tools/fp8_v_format_study.py): fusekit does not store it. Likewise UE3M5
+(unsigned, 3 exponent bits with bias 3, 5 mantissa bits, every code finite, largest 31.5): one
+more mantissa bit for sqrt(v) than UE4M4, a 2^12 range instead of 2^19."""
 import numpy as np
 
 from golden.apply_adam_w_quant import narrow, powf, widen
@@ -34,6 +36,7 @@ _FORMATS = {
     "e4m3": (True, 4, 3, 7, 0x7E),
     "ue4m4": (False, 4, 4, 7, 0xFF),
     "e5m2": (True, 5, 2, 15, 0x7B),
+    "ue3m5": (False, 3, 5, 3, 0xFF),
 }
 
 
@@ -56,8 +59,8 @@ def _value64(code, fmt):
 
 _TABLES = {fmt: np.array([_value64(c, fmt) for c in range(256)], np.float64).astype(F32)
            for fmt in _FORMATS}
-MAX = {fmt: _TABLES[fmt][_FORMATS[fmt][4]] for fmt in _FORMATS}  # 448, 496, 57344 (float32)
-MIN_NORMAL = {fmt: F32(2.0 ** (1 - _FORMATS[fmt][3])) for fmt in _FORMATS}  # 2^-6, 2^-6, 2^-14
+MAX = {fmt: _TABLES[fmt][_FORMATS[fmt][4]] for fmt in _FORMATS}  # 448, 496, 57344, 31.5
+MIN_NORMAL = {fmt: F32(2.0 ** (1 - _FORMATS[fmt][3])) for fmt in _FORMATS}  # 2^-6, 2^-6, 2^-14, 2^-2
 
 
 def fp8_values(fmt):

@@ -40,6 +40,7 @@ CANDIDATES = [
     ("v E5M2", "e4m3", "e5m2", False),
     ("sqrt(v) E4M3", "e4m3", "e4m3", True),
     ("sqrt(v) UE4M4 (fp8_state.md)", "e4m3", "ue4m4", True),
+    ("sqrt(v) UE3M5", "e4m3", "ue3m5", True),
 ]
 
 

@@ -11,11 +11,14 @@ or 8 bits), from the same start on the same batches as examples/python/finetune_
 default seed (the same held-out sets). About 4 minutes on two cores.
 
   ... tools/minilm_moment_noise.py --split    the error in m alone and in v alone instead
-                                             (three runs in lockstep: about 6 minutes)"""
+                                             (three runs in lockstep: about 6 minutes)
+  ... tools/minilm_moment_noise.py --v-only 64  the error in sqrt(v) alone, up to 1/64 (a format
+                                             with one more mantissa bit)"""
 import pathlib
 import sys
 
 SPLIT = "--split" in sys.argv[1:]
+V_ONLY = int(sys.argv[sys.argv.index("--v-only") + 1]) if "--v-only" in sys.argv else 0
 sys.argv = sys.argv[:1]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "python"))
 import numpy as np  # noqa: E402
@@ -54,9 +57,9 @@ gen = torch.Generator().manual_seed(1)
 
 
 class Noisy(torch.optim.AdamW):
-    def __init__(self, params, on_m=True, on_v=True, **kw):
+    def __init__(self, params, on_m=True, on_v=True, v_err=1 / 32, **kw):
         super().__init__(params, **kw)
-        self.on_m, self.on_v = on_m, on_v
+        self.on_m, self.on_v, self.v_err = on_m, on_v, v_err
 
     def step(self, closure=None):
         r = super().step(closure)
@@ -66,13 +69,16 @@ class Noisy(torch.optim.AdamW):
                 if self.on_m:
                     m.mul_(1 + 0.0625 * (2 * torch.rand(m.shape, generator=gen) - 1))
                 if self.on_v:
-                    s = v.sqrt().mul_(1 + 0.03125 * (2 * torch.rand(v.shape, generator=gen) - 1))
+                    s = v.sqrt().mul_(1 + self.v_err * (2 * torch.rand(v.shape, generator=gen) - 1))
                     v.copy_(s * s)
         return r
 
 
 runs = [f.Run("torch", lambda ps: torch.optim.AdamW(ps, **kw), init, factory)]
-if SPLIT:
+if V_ONLY:
+    runs += [f.Run(f"noisy_v_1/{V_ONLY}",
+                   lambda ps: Noisy(ps, on_m=False, v_err=1 / V_ONLY, **kw), init, factory)]
+elif SPLIT:
     runs += [f.Run("noisy_m", lambda ps: Noisy(ps, on_v=False, **kw), init, factory),
              f.Run("noisy_v", lambda ps: Noisy(ps, on_m=False, **kw), init, factory)]
 else:

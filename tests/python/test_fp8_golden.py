@@ -12,10 +12,11 @@ from golden.apply_adam_w_quant import create_dynamic_map, golden_step, narrow, p
 from golden.lazy_adam_quant import lazy_adam_quant_golden
 
 F32 = np.float32
-FORMATS = ["e4m3", "ue4m4", "e5m2"]
-SIGNED = {"e4m3": True, "ue4m4": False, "e5m2": True}
-LARGEST_CODE = {"e4m3": 0x7E, "ue4m4": 0xFF, "e5m2": 0x7B}
-LARGEST = {"e4m3": 448.0, "ue4m4": 496.0, "e5m2": 57344.0}
+FORMATS = ["e4m3", "ue4m4", "e5m2", "ue3m5"]  # e5m2 and ue3m5: the format study's only
+SIGNED = {"e4m3": True, "ue4m4": False, "e5m2": True, "ue3m5": False}
+LARGEST_CODE = {"e4m3": 0x7E, "ue4m4": 0xFF, "e5m2": 0x7B, "ue3m5": 0xFF}
+LARGEST = {"e4m3": 448.0, "ue4m4": 496.0, "e5m2": 57344.0, "ue3m5": 31.5}
+SMALLEST_NORMAL = {"e4m3": 2.0 ** -6, "ue4m4": 2.0 ** -6, "e5m2": 2.0 ** -14, "ue3m5": 2.0 ** -2}
 
 
 # ---- an independent reference: the values from first principles, the nearest by search --------
@@ -29,6 +30,9 @@ def ref_value(code, fmt):
     elif fmt == "ue4m4":
         s, e, f = 0, code >> 4, code & 15
         mag = f * 2.0 ** -10 if e == 0 else 2.0 ** (e - 7) * (1 + f / 16)
+    elif fmt == "ue3m5":
+        s, e, f = 0, code >> 5, code & 31
+        mag = f * 2.0 ** -7 if e == 0 else 2.0 ** (e - 3) * (1 + f / 32)
     else:
         s, e, f = code >> 7, (code >> 2) & 31, code & 3
         if e == 31:
@@ -61,7 +65,7 @@ def random_values(rng, n, fmt):
     """float32 magnitudes across the whole range: log-uniform 2^-149..2^24 (float32 subnormals to
     past saturation), uniform over the format's subnormals and first binades, and uniform in its
     normal range; random signs for the signed formats."""
-    lo_norm = 2.0 ** (-6 if fmt != "e5m2" else -14)
+    lo_norm = SMALLEST_NORMAL[fmt]
     parts = [
         2.0 ** rng.uniform(-149, 24, n),
         rng.uniform(0, 4 * lo_norm, n),
