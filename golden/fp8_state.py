@@ -60,7 +60,7 @@ def _value64(code, fmt):
 _TABLES = {fmt: np.array([_value64(c, fmt) for c in range(256)], np.float64).astype(F32)
            for fmt in _FORMATS}
 MAX = {fmt: _TABLES[fmt][_FORMATS[fmt][4]] for fmt in _FORMATS}  # 448, 496, 57344, 31.5
-MIN_NORMAL = {fmt: F32(2.0 ** (1 - _FORMATS[fmt][3])) for fmt in _FORMATS}  # 2^-6, 2^-6, 2^-14, 2^-2
+MIN_NORMAL = {fmt: F32(2.0 ** (1 - _FORMATS[fmt][3])) for fmt in _FORMATS}  # 2^-6 2^-6 2^-14 2^-2
 
 
 def fp8_values(fmt):
