@@ -2,22 +2,24 @@
 #33's fidelity; the numbers docs/torch_adam8bit.md quotes)
 
   PY=$(bash scripts/python_env.sh examples | tail -1)
-  PYTHONPATH=build/python $PY tools/minilm_v_format_emulation.py [FORMAT ...]
+  PYTHONPATH=build/python $PY tools/minilm_v_format_emulation.py [FORMAT ...] [--seed S]
 
 torch.optim.AdamW whose moments are stored block-scaled after each step, as fusekit's FP8 state
 stores them (docs/fp8_state.md: blocks of 256 over the flattened tensor, scale = block max / the
 format's largest value, round to nearest even, subnormals, the lost-v guard v = m * m where v's
-value is 0 under a non-zero m): m in E4M3 always, sqrt(v) in each FORMAT given as uEeMm (unsigned,
-e exponent bits, m mantissa bits, bias 2^(e-1) - 1, every exponent field finite: UE4M4 is
-fusekit's), against plain AdamW, from the same start on the same batches as
-examples/python/finetune_minilm.py at its default seed. An emulation in float32 torch ops (the
-update uses torch's arithmetic, not the operator's): a study of formats, not of fusekit's kernel.
-Default formats: ue4m4 ue3m5. About 2 minutes a run on two cores, the runs in lockstep."""
+value is 0 under a non-zero m): m in E4M3 always, sqrt(v) in each FORMAT given as uEeMm (unsigned, e
+exponent bits, m mantissa bits, bias 2^(e-1) - 1, every exponent field finite: UE4M4 is fusekit's),
+against plain AdamW, from the same start on the same batches as examples/python/finetune_minilm.py
+at its seed (default 20261201; --seed as its --seed). An emulation in float32 torch ops (the update
+uses torch's arithmetic, not the operator's): a study of formats, not of fusekit's kernel.
+Default formats: ue4m4 ue3m5. About 4 minutes a run on two cores (the emulated stores cost more
+than the step), the runs in lockstep."""
 import pathlib
 import re
 import sys
 
 FORMATS = [a for a in sys.argv[1:] if re.fullmatch(r"ue\dm\d", a)] or ["ue4m4", "ue3m5"]
+SEED = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 20261201
 sys.argv = sys.argv[:1]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "python"))
@@ -31,7 +33,7 @@ from golden import fp8_state as fp8  # noqa: E402
 
 torch.set_num_threads(2)
 fusekit.set_num_threads(2)
-seed, eval_seed = 20261201, 20261202
+seed, eval_seed = SEED, 20261202
 tok, enc, path = f.load_encoder()
 torch.manual_seed(seed)
 init = {k: v.clone() for k, v in f.Classifier(enc, len(f.CLASSES)).state_dict().items()}
