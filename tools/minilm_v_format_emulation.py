@@ -21,27 +21,13 @@ import sys
 FORMATS = [a for a in sys.argv[1:] if re.fullmatch(r"ue\dm\d", a)] or ["ue4m4", "ue3m5"]
 SEED = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 20261201
 sys.argv = sys.argv[:1]
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "python"))
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # golden
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # minilm_study
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import finetune_minilm as f  # noqa: E402
-import fusekit  # noqa: E402
 from golden import fp8_state as fp8  # noqa: E402
-
-torch.set_num_threads(2)
-fusekit.set_num_threads(2)
-seed, eval_seed = SEED, 20261202
-tok, enc, path = f.load_encoder()
-torch.manual_seed(seed)
-init = {k: v.clone() for k, v in f.Classifier(enc, len(f.CLASSES)).state_dict().items()}
-
-
-def factory():
-    _, e, _ = f.load_encoder()
-    return f.Classifier(e, len(f.CLASSES))
+from minilm_study import KW, compare  # noqa: E402
 
 
 class Minifloat:
@@ -134,29 +120,5 @@ def fmt_of(name):
     return Minifloat(e, m)
 
 
-rng = np.random.default_rng(seed)
-
-
-def encode(texts, labels):
-    b = tok(texts, padding="max_length", truncation=True, max_length=22, return_tensors="pt")
-    return b["input_ids"], b["attention_mask"], torch.tensor(labels)
-
-
-batches = [encode(*f.make_sentences(rng, 8)) for _ in range(250)]
-eval_set = encode(*f.make_sentences(np.random.default_rng(eval_seed), 384))
-unseen = encode(*f.make_sentences(np.random.default_rng([eval_seed, 1]), 384, f.UNSEEN))
-kw = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-runs = [f.Run("torch", lambda ps: torch.optim.AdamW(ps, **kw), init, factory)]
-for name in FORMATS:
-    runs.append(f.Run(f"e4m3+{name}", lambda ps, fm=fmt_of(name): Emulated(ps, fm, **kw), init,
-                      factory))
-for b in batches:
-    for r in runs:
-        r.step(*b)
-res = {r.name: r.summary(eval_set, unseen, 5) for r in runs}
-t = res["torch"]
-for n, s in res.items():
-    print(n, "held-out %.6f (%+.3f%%) unseen %.4f (%+.3f%%) acc %.3f moved %.4f" % (
-        s["eval_loss"], 100 * (s["eval_loss"] / t["eval_loss"] - 1), s["unseen_loss"],
-        100 * (s["unseen_loss"] / t["unseen_loss"] - 1), s["unseen_accuracy"],
-        s["weights_moved_l2"]))
+compare([(f"e4m3+{name}", lambda ps, fm=fmt_of(name): Emulated(ps, fm, **KW))
+         for name in FORMATS], seed=SEED)
