@@ -20,9 +20,10 @@ docs/fp8_state.md only (not from the C++).
 
 Also E5M2 (float8_e5m2: 1 sign, 5 exponent bits with bias 15, 2 mantissa bits, largest finite
 57344, saturating there; codes 0x7c / 0xfc are +-Inf, 0x7d..0x7f / 0xfd..0xff NaN), for the
-format study only (tools/fp8_v_format_study.py): fusekit does not store it. Likewise UE3M5
-(unsigned, 3 exponent bits with bias 3, 5 mantissa bits, every code finite, largest 31.5): one
-more mantissa bit for sqrt(v) than UE4M4, a 2^12 range instead of 2^19."""
+format study only (tools/fp8_v_format_study.py): fusekit does not store it. And UE3M5 (unsigned,
+3 exponent bits with bias 3, 5 mantissa bits, every code finite, largest 31.5): one more mantissa
+bit for sqrt(v) than UE4M4, a 2^12 range instead of 2^19; the state format fp8_ue3m5 (ApplyAdamWQuant
+only) is the same step with sqrt(v) as UE3M5 (apply_adam_w_quant_fp8's v_format="ue3m5")."""
 import numpy as np
 
 from golden.apply_adam_w_quant import narrow, powf, widen
@@ -153,21 +154,23 @@ def _dtype_of(a):
 # ---- ApplyAdamWQuant, FP8 state ---------------------------------------------------------------
 def apply_adam_w_quant_fp8(var, grad, m_codes, v_codes, scale_m, scale_v, step, lr, beta1, beta2,
                            weight_decay, eps, gnorm_scale, *, dtype=None, grad_dtype=None,
-                           _guard_lost_v=True):
+                           v_format="ue4m4", _guard_lost_v=True):
     """One ApplyAdamWQuant step on FP8 state. var, grad: storage arrays of any (equal) size
     (float32, float16, or uint16 holding bfloat16; dtype / grad_dtype name them where the array's
     dtype does not: "float32", "float16", "bfloat16"); m_codes, v_codes: uint8 of var's size;
     scale_m, scale_v: float32 [ceil(n / 256)], blocks of 256 over the flattened tensor, the last
     one partial. Returns new (var, m_codes, v_codes, scale_m, scale_v, blocks_skipped), each array
-    in its input's shape. _guard_lost_v=False is for studies only: the format has the guard on."""
+    in its input's shape. v_format: sqrt(v)'s code, "ue4m4" (state format fp8) or "ue3m5"
+    (fp8_ue3m5). _guard_lost_v=False is for studies only: the format has the guard on."""
+    assert v_format in ("ue4m4", "ue3m5"), v_format
     with np.errstate(all="ignore"):  # the skipped blocks compute NaN on the way
         return _apply_fp8(var, grad, m_codes, v_codes, scale_m, scale_v, step, lr, beta1, beta2,
                           weight_decay, eps, gnorm_scale, dtype or _dtype_of(var),
-                          grad_dtype or _dtype_of(grad), _guard_lost_v)
+                          grad_dtype or _dtype_of(grad), _guard_lost_v, v_format)
 
 
 def _apply_fp8(var, grad, mc, vc, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm, dtype, gdtype,
-               guard):
+               guard, v_format="ue4m4"):
     b1, b2, lr, wd, eps, gs = F32(beta1), F32(beta2), F32(lr), F32(wd), F32(eps), F32(gnorm)
     t = F32(step + 1)
     c1 = F32(1) - powf(b1, t)
@@ -194,7 +197,7 @@ def _apply_fp8(var, grad, mc, vc, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm
     grad_finite = np.all(np.isfinite(g), axis=1)
     g = g * gs
     m_old = e4m3_decode(blocks(mc_f, 0)) * sm[:, None]
-    s_old = ue4m4_decode(blocks(vc_f, 0)) * sv[:, None]
+    s_old = fp8_decode(blocks(vc_f, 0), v_format) * sv[:, None]
     v_old = s_old * s_old
     if guard:  # the lost-v guard
         v_old = np.where((v_old == 0) & (m_old != 0), m_old * m_old, v_old)
@@ -208,7 +211,7 @@ def _apply_fp8(var, grad, mc, vc, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm
     produced = np.isfinite(mm) & np.isfinite(vv) & np.isfinite(widen(stored, dtype).reshape(nb, BLOCK))
     finite = grad_finite & np.all(np.where(valid, produced, True), axis=1)
     new_mc, new_sm = quantize_blocks(mm, "e4m3", valid)
-    new_vc, new_sv = quantize_blocks(ss, "ue4m4", valid)
+    new_vc, new_sv = quantize_blocks(ss, v_format, valid)
 
     # Blocks that fail the guard keep everything.
     keep = finite[:, None]

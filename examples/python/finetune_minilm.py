@@ -7,8 +7,9 @@ token embeddings classifies them. The whole encoder and the head (22.6M paramete
 trained. Dropout is off, so that every run computes the same forward pass from the same weights
 and the loss curves differ only by the optimizers.
 
-fusekit's optimizer runs three times: 8-bit in the dynamic-map state format (the default,
-bitsandbytes'), 8-bit in the FP8 state format (state_format="fp8", docs/fp8_state.md), and with
+fusekit's optimizer runs four times: 8-bit in the dynamic-map state format (the default,
+bitsandbytes'), 8-bit in the FP8 state formats (state_format="fp8" and "fp8_ue3m5", whose sqrt(v)
+has one more mantissa bit: docs/fp8_state.md), and with
 optim_bits=32 (float32 moments, fusekit's arithmetic), which separates the order of operations
 (decay after the step, eps scaled by sqrt(1 - beta2^t)) from the quantization. Reported per
 optimizer: the loss curve, the final loss (last step and mean of the last 20), the held-out loss
@@ -101,6 +102,7 @@ OPTIMIZERS = {
     "torch": "torch.optim.AdamW",
     "fusekit8bit": "fusekit AdamW8bit",
     "fusekit8bit_fp8": "fusekit AdamW8bit fp8",
+    "fusekit8bit_fp8_ue3m5": "fusekit AdamW8bit fp8_ue3m5",
     "fusekit32": "fusekit optim_bits=32",
     "bnb": "bitsandbytes AdamW8bit",
 }
@@ -243,7 +245,8 @@ def eight_bit_bytes(opt):
         if torch.is_tensor(s1) and s1.dtype == torch.uint8:
             elements += s1.numel()
             nbytes += sum(s[k].numel() * s[k].element_size()
-                          for k in ("state1", "state2", "absmax1", "absmax2", "scale1", "scale2")
+                          for k in ("state1", "state2", "absmax1", "absmax2", "scale1", "scale2",
+                                    "scale2_ue3m5")
                           if k in s)
     return nbytes, elements
 
@@ -442,6 +445,8 @@ def main():
             optimizers.append((name, lambda ps: ft.AdamW8bit(ps, **kw)))
         elif key == "fusekit8bit_fp8":
             optimizers.append((name, lambda ps: ft.AdamW8bit(ps, state_format="fp8", **kw)))
+        elif key == "fusekit8bit_fp8_ue3m5":  # sqrt(v) as UE3M5: the dense layers' finer v
+            optimizers.append((name, lambda ps: ft.AdamW8bit(ps, state_format="fp8_ue3m5", **kw)))
         elif key == "fusekit32":
             # float32 moments on fusekit's arithmetic: what differs from torch is only the order
             # of the operations (decay after the step, eps scaled by sqrt(1 - beta2^t)), not 8

@@ -20,9 +20,19 @@ inline constexpr int kQuantMapSize = 256;
 //                mantissa bits), coded by bit arithmetic, one float32 scale per block (the block's
 //                max / 448, resp. max sqrt(v) / 496) in the absmax tensors; no maps (the map
 //                tensors must be empty). The lost-v guard is always on.
-enum class QuantStateFormat : int { kDynamicMap = 0, kFp8 = 1 };
+//   kFp8Ue3m5    ApplyAdamWQuant only: as kFp8, but sqrt(v) as UE3M5 (unsigned, 3 exponent and 5
+//                mantissa bits; scale = max sqrt(v) / 31.5): half UE4M4's rounding error, a range
+//                of 2^12 instead of 2^19 (the lost-v guard takes a v below it). For dense layers,
+//                whose moments span few decades; embedding rows keep kFp8 (docs/fp8_state.md).
+enum class QuantStateFormat : int { kDynamicMap = 0, kFp8 = 1, kFp8Ue3m5 = 2 };
 
-// The format's name as the docs, the messages and the Python faces spell it ("dynamic_map", "fp8").
+// Whether the format is one of the FP8 ones (kFp8, kFp8Ue3m5): no maps, the lost-v guard on.
+constexpr bool is_fp8_state(QuantStateFormat f) {
+  return f == QuantStateFormat::kFp8 || f == QuantStateFormat::kFp8Ue3m5;
+}
+
+// The format's name as the docs, the messages and the Python faces spell it ("dynamic_map", "fp8",
+// "fp8_ue3m5").
 FUSEKIT_API const char *quant_state_format_name(QuantStateFormat f);
 
 // The dynamic quantization map of bitsandbytes' create_dynamic_map: for each of

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -97,6 +97,7 @@ __all__ = [
     "huge_page_backed_bytes",
     "BLOCK_SIZE",
     "STATE_FORMATS",
+    "SPARSE_STATE_FORMATS",
     "POOLING_MODES",
 ]
 
@@ -104,22 +105,29 @@ __all__ = [
 BLOCK_SIZE = 256
 
 #: The 8-bit optimizers' state formats (docs/fp8_state.md): "dynamic_map", codes into the 256-entry
-#: maps (bitsandbytes' format, the default), and "fp8", m as E4M3 and sqrt(v) as UE4M4 with one
-#: scale per block (no maps: pass ``None`` for ``qmap_m`` and ``qmap_v``).
-STATE_FORMATS = ("dynamic_map", "fp8")
+#: maps (bitsandbytes' format, the default); "fp8", m as E4M3 and sqrt(v) as UE4M4 with one scale
+#: per block (no maps: pass ``None`` for ``qmap_m`` and ``qmap_v``); "fp8_ue3m5", the same with
+#: sqrt(v) as UE3M5 (half UE4M4's rounding error, a range of 2^12 instead of 2^19: for dense
+#: layers; :func:`apply_adam_w_quant` only).
+STATE_FORMATS = ("dynamic_map", "fp8", "fp8_ue3m5")
+
+#: The formats of the row-wise (lazy) 8-bit optimizers, whose rows are embedding rows: no
+#: "fp8_ue3m5" (an embedding table's moments span more decades than UE3M5 holds).
+SPARSE_STATE_FORMATS = ("dynamic_map", "fp8")
 
 
-def _state_attrs(fn: str, state_format: str, guard_lost_v: bool) -> dict:
-    """The binding's attributes for a state format and the lost-v guard, or a refusal naming the
-    argument."""
-    if state_format not in STATE_FORMATS:
-        raise _refuse(f"{fn}: state_format = {state_format!r} must be one of {STATE_FORMATS}")
+def _state_attrs(fn: str, state_format: str, guard_lost_v: bool,
+                 formats: Tuple[str, ...] = SPARSE_STATE_FORMATS) -> dict:
+    """The binding's attributes for a state format (one of ``formats``) and the lost-v guard, or
+    a refusal naming the argument."""
+    if state_format not in formats:
+        raise _refuse(f"{fn}: state_format = {state_format!r} must be one of {formats}")
     return dict(state_format=STATE_FORMATS.index(state_format), guard_lost_v=int(bool(guard_lost_v)))
 
 
 def _maps(state_format: str, qmap_m: Optional[Array], qmap_v: Optional[Array]) -> tuple:
-    """The maps to hand the operator: as given, or empty ones for the fp8 format's None."""
-    if state_format == "fp8":
+    """The maps to hand the operator: as given, or empty ones for the fp8 formats' None."""
+    if state_format != "dynamic_map":
         import numpy as np
         empty = np.empty(0, np.float32)
         return (empty if qmap_m is None else qmap_m, empty if qmap_v is None else qmap_v)
@@ -316,11 +324,12 @@ def apply_adam_w_quant(var: Array, grad: Array, m: Array, v: Array, qmap_m: Opti
     ``absmax_v``: float32 [ceil(n / 256)]. ``step`` counts from 0; ``lr`` is the raw learning rate,
     as for :func:`adam_w`. See docs/apply_adam_w_quant.md. ``state_format="fp8"``: m as E4M3 and
     sqrt(v) as UE4M4, ``absmax_m``/``absmax_v`` hold the blocks' scales, the maps are None
-    (docs/fp8_state.md); ``guard_lost_v``: the lost-v guard in the dynamic-map format (always on in
-    fp8). Returns :class:`ApplyAdamWQuantStats`.
+    (docs/fp8_state.md); ``"fp8_ue3m5"``: the same with sqrt(v) as UE3M5; ``guard_lost_v``: the
+    lost-v guard in the dynamic-map format (always on in the fp8 formats). Returns
+    :class:`ApplyAdamWQuantStats`.
     """
     fn = "fusekit.apply_adam_w_quant"
-    attrs = _state_attrs(fn, state_format, guard_lost_v)
+    attrs = _state_attrs(fn, state_format, guard_lost_v, STATE_FORMATS)
     qmap_m, qmap_v = _maps(state_format, qmap_m, qmap_v)
     return _fusekit.apply_adam_w_quant(
         (var, grad, m, v, qmap_m, qmap_v, absmax_m, absmax_v),

@@ -342,11 +342,12 @@ template <class Op>
 struct Binding;  // one per operator
 
 // The 8-bit optimizers' state format and lost-v guard (docs/fp8_state.md), shared by their
-// bindings: state_format 0 (the dynamic maps) or 1 (fp8); guard_lost_v 0 or 1.
+// bindings: state_format 0 (the dynamic maps), 1 (fp8) or 2 (fp8_ue3m5, which the operator's plan
+// refuses unless it is ApplyAdamWQuant's); guard_lost_v 0 or 1.
 template <class Options>
 const char *set_state_format(Options &o, int64_t value) {
-  if (value != 0 && value != 1) return "must be 0 (dynamic_map) or 1 (fp8)";
-  o.state_format = value == 1 ? QuantStateFormat::kFp8 : QuantStateFormat::kDynamicMap;
+  if (value < 0 || value > 2) return "must be 0 (dynamic_map), 1 (fp8) or 2 (fp8_ue3m5)";
+  o.state_format = static_cast<QuantStateFormat>(value);
   return nullptr;
 }
 template <class Options>

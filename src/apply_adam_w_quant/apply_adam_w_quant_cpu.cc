@@ -106,10 +106,13 @@ struct Kernel {
   void (*prepare)(const QuantMapTables &m, const QuantMapTables &v, void *out);
 };
 Kernel kernel_of(QuantKernelKind kind, QuantSearch search, QuantStateFormat format) {
-  if (format == QuantStateFormat::kFp8) {  // no map: bit arithmetic, no tables
-    return {kind == QuantKernelKind::kReference ? &adam_w_quant_fp8_blocks_reference
-                                                : adam_w_quant_fp8_blocks_hwy(),
-            QuantSearch::kBinarySearch, nullptr};
+  if (is_fp8_state(format)) {  // no map: bit arithmetic, no tables
+    if (kind == QuantKernelKind::kReference) {
+      return {format == QuantStateFormat::kFp8Ue3m5 ? &adam_w_quant_fp8_ue3m5_blocks_reference
+                                                    : &adam_w_quant_fp8_blocks_reference,
+              QuantSearch::kBinarySearch, nullptr};
+    }
+    return {adam_w_quant_fp8_blocks_hwy(format), QuantSearch::kBinarySearch, nullptr};
   }
   switch (kind) {
     case QuantKernelKind::kAvx512Vbmi:
@@ -125,7 +128,7 @@ Kernel kernel_of(QuantKernelKind kind, QuantSearch search, QuantStateFormat form
 // The CPU run, as common/quant_implementations.h's list asks for it.
 struct Cpu {
   static const char *avx512vbmi_why_not(const ApplyAdamWQuantProblem &p) {
-    if (p.state_format == QuantStateFormat::kFp8) return kFp8NoMapKernel;
+    if (is_fp8_state(p.state_format)) return kFp8NoMapKernel;
     return fusekit::avx512vbmi_why_not(adam_w_quant_avx512vbmi());
   }
 
@@ -135,7 +138,7 @@ struct Cpu {
 
   static size_t workspace_bytes(const ApplyAdamWQuantProblem &p, int /*threads*/, bool with_table) {
     // The FP8 format reads no map and builds no table: no workspace.
-    return p.n == 0 || p.state_format == QuantStateFormat::kFp8 ? 0 : layout_for(with_table).total;
+    return p.n == 0 || is_fp8_state(p.state_format) ? 0 : layout_for(with_table).total;
   }
 
   static Status run(QuantKernelKind kind, QuantSearch search, const ApplyAdamWQuantProblem &p,
@@ -146,7 +149,7 @@ struct Cpu {
     FUSEKIT_RETURN_IF_ERROR(host_adam_scalars(kOp, scalars, p, &adam));
     ApplyAdamWQuantStats &st = *stats;
     StageTimer &timer = *ctx.timer;
-    const bool fp8 = p.state_format == QuantStateFormat::kFp8;
+    const bool fp8 = is_fp8_state(p.state_format);
 
     // ---- check: both maps, read once (the FP8 format has none) ----
     alignas(64) float maps[2][kQuantMapSize];

@@ -83,8 +83,9 @@ HWY_INLINE V MaxAbs(V m, V acc) {
 }
 
 // The FP8 format's codes of a block whose guard held (StoreFp8Block without var and scales), its
-// codes by Fp8CodeInBlock, for the block's scales sm (m) and sv (sqrt(v)).
-template <class DF, class DI, class D8>
+// codes by Fp8CodeInBlock, for the block's scales sm (m) and sv (sqrt(v), in format FV: UE4M4 or
+// UE3M5).
+template <const Fp8Format &FV, class DF, class DI, class D8>
 HWY_INLINE void StoreFp8BlockCodes(DF df, DI di, D8 d8, const float *m_new, const float *s_new,
                                    const Fp8BlockScale &sm, const Fp8BlockScale &sv, int64_t len,
                                    uint8_t *mc, uint8_t *vc) {
@@ -95,7 +96,7 @@ HWY_INLINE void StoreFp8BlockCodes(DF df, DI di, D8 d8, const float *m_new, cons
     for (int64_t j = 0; j < vec_len; j += N) {
       StoreFp8Codes(d8, di, Fp8CodeInBlock<kE4M3>(df, di, hn::Mul(hn::Load(df, m_new + j), inv_m)),
                     mc + j);
-      StoreFp8Codes(d8, di, Fp8CodeInBlock<kUE4M4>(df, di, hn::Mul(hn::Load(df, s_new + j), inv_v)),
+      StoreFp8Codes(d8, di, Fp8CodeInBlock<FV>(df, di, hn::Mul(hn::Load(df, s_new + j), inv_v)),
                     vc + j);
     }
   } else {  // a zero block codes every element 0
@@ -109,13 +110,13 @@ HWY_INLINE void StoreFp8BlockCodes(DF df, DI di, D8 d8, const float *m_new, cons
       StoreFp8Codes(d8, di,
                     sv.inv == 0.0f
                         ? zero
-                        : Fp8CodeInBlock<kUE4M4>(df, di, hn::Mul(hn::Load(df, s_new + j), inv_v)),
+                        : Fp8CodeInBlock<FV>(df, di, hn::Mul(hn::Load(df, s_new + j), inv_v)),
                     vc + j);
     }
   }
   for (int64_t j = vec_len; j < len; ++j) {
     mc[j] = fp8_block_code<kE4M3>(m_new[j], sm);
-    vc[j] = fp8_block_code<kUE4M4>(s_new[j], sv);
+    vc[j] = fp8_block_code<FV>(s_new[j], sv);
   }
 }
 
@@ -188,7 +189,8 @@ HWY_INLINE hn::Vec<DF> LoadAndKeepVar(DF df, const T *p, unsigned char *out) {
 //    least 2^-50, v is 0 exactly where its code is 0, so a block without such a code runs without
 //    the guard, and one with them takes the guard's mask from the codes (SquareGuardedByCode);
 //  - a block's codes are stored after the next block's update loop (Pending), not after its own.
-template <typename T, bool kUnitGs, bool kDecayAfter>
+// FV: sqrt(v)'s format (kUE4M4, state format fp8; kUE3M5, fp8_ue3m5).
+template <typename T, const Fp8Format &FV, bool kUnitGs, bool kDecayAfter>
 int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -215,8 +217,8 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   int cur = 0;
   auto store_pending = [&] {
     if (pend.lo < 0) return;
-    StoreFp8BlockCodes(df, di, d8, mv_new[cur ^ 1][0], mv_new[cur ^ 1][1], pend.sm, pend.sv,
-                       pend.len, mcodes + pend.lo, vcodes + pend.lo);
+    StoreFp8BlockCodes<FV>(df, di, d8, mv_new[cur ^ 1][0], mv_new[cur ^ 1][1], pend.sm, pend.sv,
+                           pend.len, mcodes + pend.lo, vcodes + pend.lo);
     pend.lo = -1;
   };
 
@@ -228,11 +230,11 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     float *absmax_v = a.absmax_v + b * a.absmax_v_stride;
     const float scale_m = *absmax_m, scale_v = *absmax_v;
     const auto vscale_m = hn::Set(df, scale_m), vscale_v = hn::Set(df, scale_v);
-    const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
-    const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
+    const auto vscale256_m = hn::Set(df, scale_m * kE4M3.float16_factor());
+    const auto vscale256_v = hn::Set(df, scale_v * FV.float16_factor());
     // A block whose scale does not fold (above 1e36), or that holds an E4M3 NaN code, runs its
     // update one element at a time.
-    const int64_t upd_len = !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ||
+    const int64_t upd_len = !(fp8_scale_folds<kE4M3>(scale_m) && fp8_scale_folds<FV>(scale_v)) ||
                                     Fp8HasNanCode(mcodes + lo, vec_len)
                                 ? 0
                                 : vec_len;
@@ -256,7 +258,7 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       auto decode = [&](int64_t j) HWY_ATTR {
         const int64_t i = lo + j;
         return Decoded{Fp8DecodeNoNan<kE4M3>(df, mcodes + i, vscale_m, vscale256_m),
-                       Fp8DecodeNoNan<kUE4M4>(df, vcodes + i, vscale_v, vscale256_v)};
+                       Fp8DecodeNoNan<FV>(df, vcodes + i, vscale_v, vscale256_v)};
       };
       auto front = [&](int64_t j, const Decoded &d) HWY_ATTR {
         const int64_t i = lo + j;
@@ -319,7 +321,7 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     for (int64_t j = upd_len; j < len; ++j) {
       const int64_t i = lo + j;
       float m = fp8_value<kE4M3>(mcodes[i]) * scale_m;
-      const float sv = fp8_value<kUE4M4>(vcodes[i]) * scale_v;
+      const float sv = fp8_value<FV>(vcodes[i]) * scale_v;
       float v = sv * sv;
       if (v == 0.0f && m != 0.0f) v = m * m;
       const float w = adam_update(a, to_float(grad[i]), &m, &v, to_float(var[i]));
@@ -339,7 +341,7 @@ int64_t Fp8Blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     }
     for (int64_t j = upd_len; j < len; ++j) var_b[j] = from_float<T>(w_new[j]);
     pend.sm = fp8_block_scale<kE4M3>(max_m + 0.0f);
-    pend.sv = fp8_block_scale<kUE4M4>(max_v + 0.0f);
+    pend.sv = fp8_block_scale<FV>(max_v + 0.0f);
     *absmax_m = pend.sm.scale;
     *absmax_v = pend.sv.scale;
     pend.lo = lo;

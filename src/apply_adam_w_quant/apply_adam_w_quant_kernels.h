@@ -12,6 +12,7 @@
 #include "common/adam_update.h"
 #include "common/quant_search.h"
 #include "fusekit/dtype.h"
+#include "fusekit/quant_map.h"  // QuantStateFormat
 
 namespace fusekit {
 
@@ -45,16 +46,19 @@ using AdamWQuantBlocksFn = int64_t (*)(const AdamWQuantArgs &args, int64_t begin
 
 // The plain scalar kernel (apply_adam_w_quant_reference.cc), dynamic-map format.
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &args, int64_t begin, int64_t end);
-// The same in the FP8 state format (docs/fp8_state.md): absmax_m and absmax_v hold the scales.
+// The same in the FP8 state formats (docs/fp8_state.md): absmax_m and absmax_v hold the scales;
+// sqrt(v) as UE4M4 (fp8) or as UE3M5 (fp8_ue3m5).
 int64_t adam_w_quant_fp8_blocks_reference(const AdamWQuantArgs &args, int64_t begin, int64_t end);
+int64_t adam_w_quant_fp8_ue3m5_blocks_reference(const AdamWQuantArgs &args, int64_t begin,
+                                                int64_t end);
 
 // The generic Highway kernel (apply_adam_w_quant_hwy.cc), dispatched to the best target Highway
 // built that this CPU runs; it reads the lookup tables when they are built (else it searches by 8
 // branch-free steps).
 AdamWQuantBlocksFn adam_w_quant_blocks_hwy();
-// The generic Highway kernel of the FP8 state format (apply_adam_w_quant_hwy.cc): codes by bit
-// arithmetic (common/fp8_codes_hwy-inl.h).
-AdamWQuantBlocksFn adam_w_quant_fp8_blocks_hwy();
+// The generic Highway kernel of an FP8 state format (kFp8 or kFp8Ue3m5; apply_adam_w_quant_hwy.cc):
+// codes by bit arithmetic (common/fp8_codes_hwy-inl.h).
+AdamWQuantBlocksFn adam_w_quant_fp8_blocks_hwy(QuantStateFormat format);
 
 // The AVX-512 VBMI kernel (apply_adam_w_quant_avx512vbmi.cc): the maps and the search tables in
 // registers, no gathers; reads no lookup table. Its register tables, built once per run into

@@ -93,7 +93,8 @@ Status ApplyAdamWQuantProblem::make(const ApplyAdamWQuantTensors &t,
   }
   bool guard_lost_v = false;
   FUSEKIT_RETURN_IF_ERROR(check_quant_state(kOp, options.state_format, options.guard_lost_v,
-                                            t.qmap_m, t.qmap_v, &guard_lost_v));
+                                            t.qmap_m, t.qmap_v, &guard_lost_v,
+                                            /*takes_ue3m5=*/true));
   AdamAttributes attr;
   FUSEKIT_RETURN_IF_ERROR(check_adam_attributes(kOp, options.beta1, options.beta2,
                                                 options.weight_decay, options.eps,

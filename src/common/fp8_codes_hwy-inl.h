@@ -1,4 +1,4 @@
-// fusekit internal, per Highway target: the FP8 state format's codes on vectors
+// fusekit internal, per Highway target: the FP8 state formats' codes on vectors
 // (docs/fp8_state.md), the operations of common/fp8_codes.h lane by lane (bitwise the same
 // results): decoding is a shift, an add and a select (an int-to-float conversion for the codes
 // below the first normal, so that no subnormal float is ever an operand); encoding rounds the
@@ -8,9 +8,10 @@
 // within its block's range (no saturation).
 //
 // Fp8Decode (the kernels' decode: codes from memory, times the block's scale) takes a shorter
-// road on targets with F16C: a code's bits placed in a float16 are the code's value / 256 exactly
-// (both formats have float16's exponent layout with bias 7 instead of 15, and float16's
-// subnormals are theirs), the hardware conversion widens it, and the 256 goes into the scale.
+// road on targets with F16C: a code's bits placed in a float16 are the code's value / K exactly
+// (every format has float16's exponent layout with its own bias instead of 15, and float16's
+// subnormals are its; K = 2^(15 - bias): 256 for E4M3 and UE4M4, 4096 for UE3M5), the hardware
+// conversion widens it, and the K goes into the scale.
 //
 // Include it after <hwy/highway.h> in a file compiled with foreach_target.h, outside any namespace.
 
@@ -38,9 +39,9 @@ template <const Fp8Format &F, class DF, class DI>
 HWY_INLINE hn::Vec<DF> Fp8Value(DF df, DI di, hn::Vec<DI> code) {
   constexpr int M = F.mantissa_bits;
   const auto mag = F.is_signed ? hn::And(code, hn::Set(di, 0x7f)) : code;
-  const auto sub = hn::Mul(hn::ConvertTo(df, mag), hn::Set(df, M == 3 ? 0x1p-9f : 0x1p-10f));
-  const auto normal =
-      hn::BitCast(df, hn::Add(hn::ShiftLeft<23 - M>(mag), hn::Set(di, int32_t{120} << 23)));
+  const auto sub = hn::Mul(hn::ConvertTo(df, mag), hn::Set(df, F.subnormal_unit()));
+  const auto normal = hn::BitCast(
+      df, hn::Add(hn::ShiftLeft<23 - M>(mag), hn::Set(di, static_cast<int32_t>(F.rebias() << 23))));
   auto x = hn::IfThenElse(hn::RebindMask(df, hn::Lt(mag, hn::Set(di, 1 << M))), sub, normal);
   if constexpr (F.is_signed) {
     x = hn::Or(x, hn::BitCast(df, hn::ShiftLeft<24>(hn::And(code, hn::Set(di, 0x80)))));
@@ -54,18 +55,21 @@ HWY_INLINE hn::Vec<DF> Fp8Value(DF df, DI di, hn::Vec<DI> code) {
 template <const Fp8Format &F, class DF, class DI>
 HWY_INLINE hn::Vec<DI> Fp8Code(DF df, DI di, hn::Vec<DF> x) {
   constexpr int M = F.mantissa_bits, S = 23 - M;
-  constexpr float kMagic = M == 3 ? 0x1p14f : 0x1p13f;
+  constexpr float kMagic = F.subnormal_magic();
+  constexpr auto kRebias = static_cast<int32_t>(F.rebias());
   const auto bits = hn::BitCast(di, x);
   const auto b = hn::And(bits, hn::Set(di, 0x7fffffff));
   const auto a = hn::BitCast(df, b);
   const auto sub = hn::Sub(hn::BitCast(di, hn::Add(a, hn::Set(df, kMagic))),
                            hn::Set(di, std::bit_cast<int32_t>(kMagic)));
-  // ((b + 2^(S-1) - 1 + lsb) >> S) - (120 << M), the rebias folded into the addend (an arithmetic
-  // shift of X - 120 * 2^23 is X's shift minus 120 << M exactly); lanes below 2^-6 are not used.
-  const auto rounded = hn::Add(hn::Add(b, hn::Set(di, (1 << (S - 1)) - 1 - (120 << 23))),
+  // ((b + 2^(S-1) - 1 + lsb) >> S) - (R << M), R = 127 - bias, the rebias folded into the addend
+  // (an arithmetic shift of X - R * 2^23 is X's shift minus R << M exactly); lanes below the first
+  // normal are not used.
+  const auto rounded = hn::Add(hn::Add(b, hn::Set(di, (1 << (S - 1)) - 1 - (kRebias << 23))),
                                hn::And(hn::ShiftRight<S>(b), hn::Set(di, 1)));
   const auto normal = hn::ShiftRight<S>(rounded);
-  auto code = hn::IfThenElse(hn::RebindMask(di, hn::Lt(a, hn::Set(df, 0x1p-6f))), sub, normal);
+  auto code =
+      hn::IfThenElse(hn::RebindMask(di, hn::Lt(a, hn::Set(df, F.min_normal()))), sub, normal);
   code = hn::Min(code, hn::Set(di, static_cast<int32_t>(F.max_code)));
   if constexpr (F.is_signed)
     code = hn::Or(code, hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80)));
@@ -85,20 +89,21 @@ HWY_INLINE V MaskedOr(V binade, V mask, V c) {
 
 // The code of x = value * inv in a block coded with that inv (fp8_block_code: |value| at most the
 // block's largest, so |x| at most the format's largest value rounded up by the two roundings of
-// MAX / a and value * inv, 448 * (1 + 2^-22) or 496 * (1 + 2^-22), which rounds to the largest
-// code: no saturation is needed), in the low byte of each int32 lane; the lane's other bytes are
-// not the code's (StoreFp8Codes truncates). Bit for bit fp8_code<F>(x) there, by another road: the
-// float32 addition a + K, K a power of two 2^S (S = 23 - mantissa bits) times a's binade (clamped
-// below at 2^-6, the first normal), rounds a to the format's grid, nearest-even, in the binade of K
-// (a < 2^(M + 1) ulps of K: no carry out of it); the sum's bits then hold the rounded multiple k
-// of K's ulp, and its exponent field a's binade E, and (sum + (sum >> S)) mod 256 is
-// k + (E - 121) 2^M, the code: one form for the normal range and the one below it. K carries C0 in
-// its mantissa (an even number of ulps: the rounding and its ties are the same) so that no
-// constant is added after.
+// MAX / a and value * inv, 448, 496 or 31.5 times (1 + 2^-22), which rounds to the largest code:
+// no saturation is needed), in the low byte of each int32 lane; the lane's other bytes are not the
+// code's (StoreFp8Codes truncates). Bit for bit fp8_code<F>(x) there, by another road: the float32
+// addition a + K, K a power of two 2^S (S = 23 - mantissa bits) times a's binade 2^e (clamped below
+// at the first normal 2^(1 - bias)), rounds a to the format's grid, nearest-even, in the binade of
+// K (a < 2^(M + 1) ulps of K: no carry out of it); the sum's bits then hold the rounded multiple k
+// of K's ulp, and its exponent field e + S + 127, and (sum + (sum >> S)) mod 256 is
+// k + (e + bias - 1) 2^M, the code: one form for the normal range and the one below it. K carries
+// C0 = (bias - 128 - S) 2^M mod 256 in its mantissa (an even number of ulps: the rounding and its
+// ties are the same) so that no constant is added after.
 template <const Fp8Format &F, class DF, class DI>
 HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
   constexpr int M = F.mantissa_bits, S = 23 - M;
-  constexpr int32_t kC0 = ((-(S + 121) * (1 << M)) % 256 + 256) % 256;  // 152 (E4M3), 64 (UE4M4)
+  // 152 (E4M3), 64 (UE4M4), 32 (UE3M5)
+  constexpr int32_t kC0 = (((F.bias - 128 - S) * (1 << M)) % 256 + 256) % 256;
   static_assert(kC0 % 2 == 0);
   const auto bits = hn::BitCast(di, x);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -107,7 +112,7 @@ HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
     // sign kept): x's binade clamped below at 2^-6, its sign kept, in one VRANGEPS (the larger
     // magnitude of x and 2^-6, the sign of x); the sign goes to bit 7 from the sum's bit 31.
     const auto binade =
-        hn::BitCast(di, hn::Vec<DF>{_mm512_range_ps(x.raw, _mm512_set1_ps(0x1p-6f), 0x03)});
+        hn::BitCast(di, hn::Vec<DF>{_mm512_range_ps(x.raw, _mm512_set1_ps(F.min_normal()), 0x03)});
     const auto k = hn::Add(MaskedOr(binade, hn::Set(di, int32_t(0xff800000u)), hn::Set(di, kC0)),
                            hn::Set(di, int32_t{S} << 23));
     const auto sum = hn::BitCast(di, hn::Add(x, hn::BitCast(df, k)));
@@ -116,9 +121,9 @@ HWY_INLINE hn::Vec<DI> Fp8CodeInBlock(DF df, DI di, hn::Vec<DF> x) {
                      hn::Set(di, 0x80));
   }
 #endif
-  // UE4M4 codes sqrt(v) * inv: never negative (v >= +0, so sqrt(v) is +0 or more).
+  // UE4M4 and UE3M5 code sqrt(v) * inv: never negative (v >= +0, so sqrt(v) is +0 or more).
   const auto b = F.is_signed ? hn::And(bits, hn::Set(di, 0x7fffffff)) : bits;
-  const auto binade = hn::Max(b, hn::Set(di, 0x3c800000));  // 2^-6's bits
+  const auto binade = hn::Max(b, hn::Set(di, static_cast<int32_t>(F.min_normal_bits())));
   const auto k = hn::Add(MaskedOr(binade, hn::Set(di, 0x7f800000), hn::Set(di, kC0)),
                          hn::Set(di, int32_t{S} << 23));
   const auto sum = hn::BitCast(di, hn::Add(hn::BitCast(df, b), hn::BitCast(df, k)));
@@ -179,11 +184,12 @@ HWY_INLINE hn::Vec<DF> SquareGuardedByCode(DF df, const uint8_t *p, hn::Vec<DF> 
 
 // value(code) * scale for the N codes at p (N = Lanes(df)), as Mul(Fp8Value<F>(the codes), scale)
 // bit for bit (E4M3's NaN codes give NaN: not the same NaN bits, which no result depends on: a NaN
-// m makes its block or row non-finite, and the guard refuses it). scale256: scale * 256, where
-// fp8_scale_folds(scale) (the caller decodes other blocks another way). On F16C targets through
-// float16 (above): E4M3 code s.eeee.fff -> float16 bits s.0eeee.fff0000000, UE4M4 eeee.ffff ->
-// 0eeee.ffff000000; the value of those bits is the code's value / 256, subnormals included; times
-// scale * 256 (exact) it is value * scale with the reference's one rounding.
+// m makes its block or row non-finite, and the guard refuses it). scale256: scale * K (K =
+// F.float16_factor(): 256, or 4096 for UE3M5), where fp8_scale_folds<F>(scale) (the caller decodes
+// other blocks another way). On F16C targets through float16 (above): E4M3 code s.eeee.fff ->
+// float16 bits s.0eeee.fff0000000, UE4M4 eeee.ffff -> 0eeee.ffff000000, UE3M5 eee.fffff ->
+// 000eee.fffff00000; the value of those bits is the code's value / K, subnormals included; times
+// scale * K (exact) it is value * scale with the reference's one rounding.
 template <const Fp8Format &F, class DF>
 HWY_INLINE hn::Vec<DF> Fp8Decode(DF df, const uint8_t *p, [[maybe_unused]] hn::Vec<DF> scale,
                                  [[maybe_unused]] hn::Vec<DF> scale256) {
@@ -204,7 +210,7 @@ HWY_INLINE hn::Vec<DF> Fp8Decode(DF df, const uint8_t *p, [[maybe_unused]] hn::V
         d16, hn::Eq(hn::Or(w, hn::Set(di16, int16_t{-128})), hn::Set(di16, int16_t{-1})));
     h = hn::IfThenElse(nan, hn::Set(d16, uint16_t{0x7e00}), h);
   } else {
-    h = hn::ShiftLeft<6>(hn::PromoteTo(d16, hn::LoadU(d8, p)));
+    h = hn::ShiftLeft<10 - F.mantissa_bits>(hn::PromoteTo(d16, hn::LoadU(d8, p)));
   }
   return hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), scale256);
 #else

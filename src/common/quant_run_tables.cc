@@ -95,27 +95,38 @@ Status check_quant_map_view(const char *op, const TensorView &q, const char *nam
 }
 
 Status check_quant_state(const char *op, QuantStateFormat format, bool guard_asked,
-                         const TensorView &qmap_m, const TensorView &qmap_v, bool *guard_lost_v) {
+                         const TensorView &qmap_m, const TensorView &qmap_v, bool *guard_lost_v,
+                         bool takes_ue3m5) {
   switch (format) {
     case QuantStateFormat::kDynamicMap:
       FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(op, qmap_m, "qmapM"));
       FUSEKIT_RETURN_IF_ERROR(check_quant_map_view(op, qmap_v, "qmapV"));
       *guard_lost_v = guard_asked;
       return Status::Ok();
+    case QuantStateFormat::kFp8Ue3m5:
+      if (!takes_ue3m5) {
+        return Status::Invalid(str_cat(
+            op, ": state_format = 2 (fp8_ue3m5) is ApplyAdamWQuant's (dense layers); ", op,
+            " takes 0 (dynamic_map) or 1 (fp8): an embedding row's moments span more decades "
+            "than UE3M5's range (docs/fp8_state.md)"));
+      }
+      [[fallthrough]];
     case QuantStateFormat::kFp8:
       for (const auto &[q, name] : {std::pair{&qmap_m, "qmapM"}, std::pair{&qmap_v, "qmapV"}}) {
         if (q->numel() != 0) {
           return Status::Invalid(str_cat(op, ": ", name, " is ", dtype_name(q->dtype), " ",
-                                         q->shape_string(),
-                                         " but the fp8 state format has no map; pass an empty "
-                                         "tensor (0 elements)"));
+                                         q->shape_string(), " but the ",
+                                         quant_state_format_name(format),
+                                         " state format has no map; pass an empty tensor (0 "
+                                         "elements)"));
         }
       }
       *guard_lost_v = true;
       return Status::Ok();
   }
   return Status::Invalid(str_cat(op, ": state_format = ", static_cast<int>(format),
-                                 " is not a state format (0: dynamic_map, 1: fp8)"));
+                                 " is not a state format (0: dynamic_map, 1: fp8",
+                                 takes_ue3m5 ? ", 2: fp8_ue3m5)" : ")"));
 }
 
 const char *quant_state_format_name(QuantStateFormat f) {
@@ -124,6 +135,8 @@ const char *quant_state_format_name(QuantStateFormat f) {
       return "dynamic_map";
     case QuantStateFormat::kFp8:
       return "fp8";
+    case QuantStateFormat::kFp8Ue3m5:
+      return "fp8_ue3m5";
   }
   return "unknown";
 }

@@ -43,11 +43,13 @@ QuantTableCache *quant_thread_cache(QuantCacheUser user);
 // Plan time: a map's view (named as the aclnn call names it) is float32 [256], any stride.
 Status check_quant_map_view(const char *op, const TensorView &q, const char *name);
 
-// Plan time: the state format is one of QuantStateFormat's, and its maps are what it needs: two
-// float32 [256] views for kDynamicMap, two empty views (0 elements) for kFp8, which has no map.
-// *guard_lost_v becomes the guard the kernels run (asked for, or kFp8).
+// Plan time: the state format is one of QuantStateFormat's that the operator takes (kFp8Ue3m5
+// where takes_ue3m5), and its maps are what it needs: two float32 [256] views for kDynamicMap, two
+// empty views (0 elements) for the FP8 formats, which have no map. *guard_lost_v becomes the guard
+// the kernels run (asked for, or an FP8 format's).
 Status check_quant_state(const char *op, QuantStateFormat format, bool guard_asked,
-                         const TensorView &qmap_m, const TensorView &qmap_v, bool *guard_lost_v);
+                         const TensorView &qmap_m, const TensorView &qmap_v, bool *guard_lost_v,
+                         bool takes_ue3m5 = false);
 
 // Phase two's first step: both maps read into maps[0] (qmapM) and maps[1] (qmapV) and checked;
 // the refusal names `op`, the map, the index and the values ("...; nothing was modified").

@@ -207,7 +207,8 @@ int64_t Rows(const LazyAdamQuantRowsArgs &a, int64_t begin, int64_t end, void *s
       const auto vscale256_m = hn::Set(df, scale_m * 256.0f);
       const auto vscale256_v = hn::Set(df, scale_v * 256.0f);
       const int64_t upd_len =
-          kFp8 && !(fp8_scale_folds(scale_m) && fp8_scale_folds(scale_v)) ? 0 : vec_len;
+          kFp8 && !(fp8_scale_folds<kE4M3>(scale_m) && fp8_scale_folds<kUE4M4>(scale_v)) ? 0
+                                                                                         : vec_len;
       auto acc_m = zero, acc_v = zero;
       auto acc_w = hn::Zero(di);
       for (int64_t j = lo; j < lo + upd_len; j += N) {

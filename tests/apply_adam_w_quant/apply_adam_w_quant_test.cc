@@ -72,7 +72,11 @@ struct Hyper {
   // The state format (docs/fp8_state.md) and the lost-v guard (always on in the FP8 format).
   QuantStateFormat format = QuantStateFormat::kDynamicMap;
   bool guard = false;
-  bool fp8() const { return format == QuantStateFormat::kFp8; }
+  bool fp8() const { return fusekit::is_fp8_state(format); }
+  // sqrt(v)'s code in an FP8 format: UE4M4 (fp8) or UE3M5 (fp8_ue3m5).
+  const fusekit::testing::Fp8Oracle &v_code() const {
+    return format == QuantStateFormat::kFp8Ue3m5 ? fusekit::testing::kOracleUE3M5 : kOracleUE4M4;
+  }
 };
 
 struct Scal {
@@ -125,7 +129,7 @@ int64_t oracle_step(State &st, const Hyper &h) {
       float m, v;
       if (h.fp8()) {
         m = kOracleE4M3.decode(st.m[i]) * st.absmax_m[b];
-        const float sv = kOracleUE4M4.decode(st.v[i]) * st.absmax_v[b];
+        const float sv = h.v_code().decode(st.v[i]) * st.absmax_v[b];
         v = sv * sv;
       } else {
         m = st.qm[st.m[i]] * st.absmax_m[b];
@@ -151,7 +155,7 @@ int64_t oracle_step(State &st, const Hyper &h) {
     for (size_t j = 0; j < len; ++j) st.var.set(lo + j, ww[j]);
     if (h.fp8()) {
       st.absmax_m[b] = kOracleE4M3.code_block(mm.data(), static_cast<int64_t>(len), &st.m[lo]);
-      st.absmax_v[b] = kOracleUE4M4.code_block(vv.data(), static_cast<int64_t>(len), &st.v[lo]);
+      st.absmax_v[b] = h.v_code().code_block(vv.data(), static_cast<int64_t>(len), &st.v[lo]);
       continue;
     }
     am += 0.0f;
@@ -1728,12 +1732,17 @@ State make_fp8_state(uint64_t salt, DType t, size_t n) {
   return s;
 }
 
-Hyper fp8_hyper() {
+Hyper fp8_hyper(QuantStateFormat format = QuantStateFormat::kFp8) {
   Hyper h;
-  h.format = QuantStateFormat::kFp8;
+  h.format = format;
   h.guard = true;
   return h;
 }
+
+// The formats the FP8 tests run: the dynamic maps with the guard, and the two FP8 formats.
+constexpr QuantStateFormat kGuardedFormats[] = {
+    QuantStateFormat::kDynamicMap, QuantStateFormat::kFp8, QuantStateFormat::kFp8Ue3m5};
+constexpr QuantStateFormat kFp8Formats[] = {QuantStateFormat::kFp8, QuantStateFormat::kFp8Ue3m5};
 
 // Every implementation this machine runs in the FP8 format (cpu_avx512vbmi refuses it).
 void check_fp8_case(DType t, size_t n, const Hyper &h, uint64_t salt) {
@@ -1758,12 +1767,11 @@ void check_fp8_case(DType t, size_t n, const Hyper &h, uint64_t salt) {
   }
 }
 
-class Fp8StepTest : public ::testing::TestWithParam<std::tuple<DType, size_t, bool>> {};
+class Fp8StepTest : public ::testing::TestWithParam<std::tuple<DType, size_t, QuantStateFormat>> {};
 
 TEST_P(Fp8StepTest, MatchesOracle) {
-  const auto [dtype, n, fp8] = GetParam();
-  Hyper h = fp8_hyper();
-  if (!fp8) h.format = QuantStateFormat::kDynamicMap;  // the dynamic maps with the guard
+  const auto [dtype, n, format] = GetParam();
+  Hyper h = fp8_hyper(format);  // (kDynamicMap: the dynamic maps with the guard)
   check_fp8_case(dtype, n, h, 400 + n);
   h.step = 0;
   h.wd = 0.01;
@@ -1783,19 +1791,23 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
                        ::testing::Values(size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{255},
                                          size_t{256}, size_t{257}, size_t{1100}, size_t{5000}),
-                       ::testing::Bool()),
+                       ::testing::ValuesIn(kGuardedFormats)),
     [](const auto &param_info) {
       const auto &p = param_info.param;
+      const QuantStateFormat f = std::get<2>(p);
       return std::string(fusekit::dtype_name(std::get<0>(p))) + "_n" +
-             std::to_string(std::get<1>(p)) + (std::get<2>(p) ? "_fp8" : "_dynamic_guarded");
+             std::to_string(std::get<1>(p)) + "_" +
+             (f == QuantStateFormat::kDynamicMap ? "dynamic_guarded"
+                                                 : fusekit::quant_state_format_name(f));
     });
 
 TEST(Fp8Step, EverySimdTargetAndThreadCount) {
-  for (bool fp8 : {true, false}) {
+  for (QuantStateFormat format : kGuardedFormats) {
+    const bool fp8 = fusekit::is_fp8_state(format);
     for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-      SCOPED_TRACE(std::string(fusekit::dtype_name(t)) + (fp8 ? " fp8" : " dynamic+guard"));
-      Hyper h = fp8_hyper();
-      if (!fp8) h.format = QuantStateFormat::kDynamicMap;
+      SCOPED_TRACE(std::string(fusekit::dtype_name(t)) + " " +
+                   fusekit::quant_state_format_name(format) + (fp8 ? "" : "+guard"));
+      Hyper h = fp8_hyper(format);
       h.wd = 0.02;
       const State start = fp8 ? make_fp8_state(21, t, 70'000)
                               : make_state(21, t, 70'000, fusekit::create_dynamic_map(true),
@@ -1819,7 +1831,7 @@ TEST(Fp8Step, EverySimdTargetAndThreadCount) {
 
 // From a fresh state (codes 0, scales 0) through twenty steps: the codes and scales a step writes
 // are the next step's input; every fifth step leaves half the blocks without gradient.
-TEST(Fp8Step, TwentyStepsFromAFreshState) {
+void twenty_steps_from_a_fresh_state(QuantStateFormat format) {
   const size_t n = 4000;
   State want = make_fp8_state(22, DType::kFloat32, n);
   std::fill(want.m.begin(), want.m.end(), 0);
@@ -1828,7 +1840,7 @@ TEST(Fp8Step, TwentyStepsFromAFreshState) {
   std::fill(want.absmax_v.begin(), want.absmax_v.end(), 0.0f);
   State got = want;
   auto rng = rng_for(23);
-  Hyper h = fp8_hyper();
+  Hyper h = fp8_hyper(format);
   h.wd = 0.01;
   for (int64_t k = 0; k < 20; ++k) {
     h.step = k;
@@ -1842,6 +1854,13 @@ TEST(Fp8Step, TwentyStepsFromAFreshState) {
   size_t nonzero = 0;
   for (size_t i = 0; i < n; ++i) nonzero += got.m[i] != 0 && got.v[i] != 0;
   EXPECT_GT(nonzero, n * 9 / 10);  // the state is not trivially zero
+}
+
+TEST(Fp8Step, TwentyStepsFromAFreshState) {
+  for (QuantStateFormat format : kFp8Formats) {
+    SCOPED_TRACE(fusekit::quant_state_format_name(format));
+    twenty_steps_from_a_fresh_state(format);
+  }
 }
 
 // A block holding E4M3's NaN code is non-finite state: left bit for bit as it was, and counted.
@@ -1947,19 +1966,18 @@ double largest_move(const Hyper &base) {
 }
 
 TEST(LostVGuard, NoStepMovesAnElementMuchMoreThanLr) {
-  Hyper dynamic;
-  dynamic.guard = true;
-  EXPECT_LE(largest_move(dynamic), 1.1e-3);
-  EXPECT_LE(largest_move(fp8_hyper()), 1.1e-3);
+  for (QuantStateFormat format : kGuardedFormats) {
+    EXPECT_LE(largest_move(fp8_hyper(format)), 1.1e-3) << fusekit::quant_state_format_name(format);
+  }
 }
 
 // The hazard itself, in the state the issue found it in (element 11268 at step 4: m's code 125, v's
 // code 0, a zero gradient): without the guard the step is m / eps; with it, at most lr.
 TEST(LostVGuard, AVCodedToZeroBesideANonZeroM) {
-  for (bool fp8 : {false, true}) {
-    SCOPED_TRACE(fp8 ? "fp8" : "dynamic maps");
-    Hyper h = fp8_hyper();
-    if (!fp8) h.format = QuantStateFormat::kDynamicMap;
+  for (QuantStateFormat format : kGuardedFormats) {
+    SCOPED_TRACE(fusekit::quant_state_format_name(format));
+    const bool fp8 = fusekit::is_fp8_state(format);
+    Hyper h = fp8_hyper(format);
     h.step = 4;
     State s = fp8 ? make_fp8_state(29, DType::kFloat32, 256)
                   : make_state(29, DType::kFloat32, 256, fusekit::create_dynamic_map(true),

@@ -18,12 +18,14 @@ struct Fp8Oracle {
   int mantissa_bits;
   int max_magnitude_code;  // the largest finite magnitude's code
   float max_value;
+  int bias = 7;  // the exponent bias
 
-  // The value of a magnitude code (sign bit clear), exactly.
+  // The value of a magnitude code (sign bit clear), exactly: exponent field 0 f / 2^M * 2^(1 -
+  // bias), field e (1 + f / 2^M) * 2^(e - bias).
   double magnitude(int mag) const {
     const int e = mag >> mantissa_bits, f = mag & ((1 << mantissa_bits) - 1);
     const double frac = static_cast<double>(f) / (1 << mantissa_bits);
-    return e == 0 ? std::ldexp(frac, -6) : std::ldexp(1.0 + frac, e - 7);
+    return e == 0 ? std::ldexp(frac, 1 - bias) : std::ldexp(1.0 + frac, e - bias);
   }
   float decode(uint8_t code) const {
     const int mag = is_signed ? code & 0x7f : code;
@@ -67,6 +69,7 @@ struct Fp8Oracle {
 
 inline constexpr Fp8Oracle kOracleE4M3{true, 3, 0x7e, 448.0f};
 inline constexpr Fp8Oracle kOracleUE4M4{false, 4, 0xff, 496.0f};
+inline constexpr Fp8Oracle kOracleUE3M5{false, 5, 0xff, 31.5f, 3};
 
 }  // namespace fusekit::testing
 

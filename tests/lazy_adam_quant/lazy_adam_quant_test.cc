@@ -909,6 +909,16 @@ TEST(LazyAdamQuantRefusals, ShapesDtypesAndAttributes) {
     o.epsilon = eps;
     expect_invalid(LazyAdamQuantProblem::make(c.tensors(), o, &p), {needle});
   }
+  // UE3M5's v (fp8_ue3m5) is ApplyAdamWQuant's: refused here, naming the formats this one takes.
+  o = LazyAdamQuantOptions{};
+  o.state_format = QuantStateFormat::kFp8Ue3m5;
+  LazyAdamQuantTensors t = c.tensors();
+  t.qmap_m.shape[0] = 0;
+  t.qmap_v.shape[0] = 0;
+  expect_invalid(LazyAdamQuantProblem::make(t, o, &p),
+                 {"state_format = 2 (fp8_ue3m5)", "ApplyAdamWQuant", "1 (fp8)"});
+  o.state_format = static_cast<QuantStateFormat>(3);
+  expect_invalid(LazyAdamQuantProblem::make(t, o, &p), {"state_format = 3", "1: fp8)"});
 }
 
 TEST(LazyAdamQuantRefusals, OverlapsAndMissingData) {

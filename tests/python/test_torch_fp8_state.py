@@ -89,10 +89,15 @@ def state_bits(opt, params):
 
 
 # ---- dense: AdamW8bit / Adam8bit against golden/fp8_state.py ------------------------------------
+# sqrt(v)'s code and v's scale key by state format (the golden's v_format; the state's key).
+V_FORMAT = {"fp8": ("ue4m4", "scale2"), "fp8_ue3m5": ("ue3m5", "scale2_ue3m5")}
+
+
 class DenseGolden:
     """One parameter's expected var, codes and scales, stepped by golden/fp8_state.py."""
 
-    def __init__(self, p):
+    def __init__(self, p, fmt="fp8"):
+        self.v_format, self.v_key = V_FORMAT[fmt]
         n = p.numel()
         nb = fusekit.quant_blocks(n)
         self.dtype = DNAME[p.dtype]
@@ -104,25 +109,27 @@ class DenseGolden:
     def advance(self, grad, lr, betas, eps, wd):
         (self.var, self.mc, self.vc, self.sm, self.sv, self.skipped) = fp8.apply_adam_w_quant_fp8(
             self.var, storage(grad), self.mc, self.vc, self.sm, self.sv, self.step, lr, betas[0],
-            betas[1], wd, eps, 1.0, dtype=self.dtype, grad_dtype=self.dtype)
+            betas[1], wd, eps, 1.0, dtype=self.dtype, grad_dtype=self.dtype,
+            v_format=self.v_format)
         self.step += 1
 
     def check(self, p, st, what):
         assert st["step"] == self.step, what
-        assert set(st) == {"step", "state1", "state2", "scale1", "scale2"}, (what, sorted(st))
+        assert set(st) == {"step", "state1", "state2", "scale1", self.v_key}, (what, sorted(st))
         assert st["state1"].dtype == st["state2"].dtype == torch.uint8
-        assert st["scale1"].dtype == st["scale2"].dtype == torch.float32
+        assert st["scale1"].dtype == st[self.v_key].dtype == torch.float32
         assert_bits(p, self.var, f"{what} var")
         assert_bits(st["state1"], self.mc, f"{what} m codes (E4M3)")
-        assert_bits(st["state2"], self.vc, f"{what} sqrt(v) codes (UE4M4)")
+        assert_bits(st["state2"], self.vc, f"{what} sqrt(v) codes ({self.v_format})")
         assert_bits(st["scale1"], self.sm, f"{what} scale1")
-        assert_bits(st["scale2"], self.sv, f"{what} scale2")
+        assert_bits(st[self.v_key], self.sv, f"{what} {self.v_key}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=lambda d: DNAME[d])
 @pytest.mark.parametrize("cls", [ft.AdamW8bit, ft.Adam8bit], ids=lambda c: c.__name__)
-def test_dense_fp8_steps_equal_the_golden(cls, dtype):
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ue3m5"])
+def test_dense_fp8_steps_equal_the_golden(cls, dtype, fmt):
     g = rng(1)
     # 300: one full block and a partial one (min_8bit_size 1); 4097, 5000: not multiples of 256;
     # a transposed [70, 80] weight: the operator's gathering path, blocks in logical order.
@@ -131,9 +138,9 @@ def test_dense_fp8_steps_equal_the_golden(cls, dtype):
     params[3] = nn.Parameter(params[3].detach().t())
     assert not params[3].is_contiguous()
     wd = 0.05 if cls is ft.AdamW8bit else 0.0
-    opt = cls(params, **HP, weight_decay=wd, min_8bit_size=1, state_format="fp8")
-    assert opt.defaults["state_format"] == "fp8" and opt.param_groups[0]["state_format"] == "fp8"
-    goldens = [DenseGolden(p) for p in params]
+    opt = cls(params, **HP, weight_decay=wd, min_8bit_size=1, state_format=fmt)
+    assert opt.defaults["state_format"] == fmt and opt.param_groups[0]["state_format"] == fmt
+    goldens = [DenseGolden(p, fmt) for p in params]
     for k in range(5):
         for p, gold in zip(params, goldens):
             gr = tensor(spread_grad(g, p.numel()), dtype, p.shape)
@@ -245,22 +252,23 @@ def dense_run(opt, params, g, steps):
         yield grads
 
 
-def test_dense_fp8_state_dict_round_trip_resumes_bit_for_bit():
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ue3m5"])
+def test_dense_fp8_state_dict_round_trip_resumes_bit_for_bit(fmt):
     g = rng(5)
     dtypes, sizes = [torch.float32, torch.bfloat16, torch.float32], [5000, 4352, 100]
     params = [nn.Parameter(tensor(g.uniform(-1, 1, n), d)) for n, d in zip(sizes, dtypes)]
     opt = ft.AdamW8bit([{"params": params[:2]}, {"params": params[2:], "lr": 5e-3}], **HP,
-                       state_format="fp8")
+                       state_format=fmt)
     list(dense_run(opt, params, g, 3))
     buf = io.BytesIO()
     torch.save(opt.state_dict(), buf)
     buf.seek(0)
     loaded = torch.load(buf, weights_only=True)
-    assert [grp["state_format"] for grp in loaded["param_groups"]] == ["fp8", "fp8"]
-    assert set(loaded["state"][0]) == {"step", "state1", "state2", "scale1", "scale2"}
+    assert [grp["state_format"] for grp in loaded["param_groups"]] == [fmt, fmt]
+    assert set(loaded["state"][0]) == {"step", "state1", "state2", "scale1", V_FORMAT[fmt][1]}
     params2 = [nn.Parameter(p.detach().clone()) for p in params]
     opt2 = ft.AdamW8bit([{"params": params2[:2]}, {"params": params2[2:]}], lr=1.0,
-                        state_format="fp8")
+                        state_format=fmt)
     opt2.load_state_dict(loaded)
     assert state_bits(opt2, params2) == state_bits(opt, params)
     assert opt2.param_groups[1]["lr"] == 5e-3
@@ -349,10 +357,34 @@ ALL8 = [ft.AdamW8bit, ft.Adam8bit, ft.SparseAdam8bit]
     ({"guard_lost_v": 1}, r"Invalid guard_lost_v value: 1"),
     ({"state_format": "fp8", "guard_lost_v": False},
      r"guard_lost_v=False is not available with state_format='fp8'"),
+    ({"state_format": "fp8_ue3m5", "guard_lost_v": False},
+     r"guard_lost_v=False is not available with state_format='fp8_ue3m5'"),
 ])
 def test_constructor_refusals(cls, kw, msg):
+    if cls is ft.SparseAdam8bit and kw.get("state_format") == "fp8_ue3m5":
+        msg = r"Invalid state_format value: 'fp8_ue3m5'"
     with pytest.raises(ValueError, match=f"^fusekit.torch.{cls.__name__}: {msg}"):
         cls([nn.Parameter(torch.zeros(10, 10))], **kw)
+
+
+def test_fp8_ue3m5_is_for_the_dense_optimizers():
+    """UE3M5's v is ApplyAdamWQuant's (dense layers): the row-wise faces and operator refuse it,
+    naming what they take and why."""
+    with pytest.raises(ValueError, match=r"SparseAdam8bit: Invalid state_format value: "
+                                         r"'fp8_ue3m5'; it must be 'dynamic_map' .* or 'fp8' .*"
+                                         r"'fp8_ue3m5' is for dense layers"):
+        ft.SparseAdam8bit([nn.Parameter(torch.zeros(10, 10))], state_format="fp8_ue3m5")
+    with pytest.raises(ValueError, match=r"Invalid state_format value: 'fp8_ue3m5'"):
+        ft.FusedEmbeddingBag(10, 4, state="8bit", state_format="fp8_ue3m5")
+    assert "fp8_ue3m5" in fusekit.STATE_FORMATS
+    assert "fp8_ue3m5" not in fusekit.SPARSE_STATE_FORMATS
+    var = np.zeros((4, 8), np.float32)
+    m = np.zeros((4, 8), np.uint8)
+    with pytest.raises(fusekit.Error, match=r"state_format = 'fp8_ue3m5' must be one of "
+                                            r"\('dynamic_map', 'fp8'\)"):
+        fusekit.lazy_adam_quant(var, np.ones((1, 8), np.float32), np.array([1], np.int32), m,
+                                m.copy(), None, None, np.zeros((4, 1), np.float32),
+                                np.zeros((4, 1), np.float32), step=0, state_format="fp8_ue3m5")
 
 
 @pytest.mark.parametrize("cls", ALL8, ids=lambda c: c.__name__)

@@ -2,7 +2,8 @@
 // built and this CPU runs, against the scalar ones (src/common/fp8_codes.h, themselves checked
 // against the oracle by fp8_codes_test.cc): Fp8CodeInBlock, the coding of ApplyAdamWQuant's FP8
 // kernel (a float32 addition in place of the integer rounding and no saturation), over the whole
-// range a block codes (|x| up to the largest value rounded up twice, 448 or 496 * (1 + 2^-22)):
+// range a block codes (|x| up to the largest value rounded up twice, 448, 496 or 31.5 times
+// (1 + 2^-22); UE3M5 is sqrt(v)'s format of state format fp8_ue3m5):
 // every 61st float32 of it, and every float32 within 64 ulps of each midpoint between two codes
 // (the ties and their neighbours), both signs for E4M3. (Every float32 of the range was checked
 // once, on every target, when the function was written: 2026-12-07, no mismatch.)
@@ -44,8 +45,14 @@ int64_t MismatchesOf(uint32_t lo, uint32_t hi, uint32_t step, uint32_t sign) {
 
 int64_t Fp8CodeInBlockMismatches(int format, uint32_t lo, uint32_t hi, uint32_t step,
                                  uint32_t sign) {
-  return format == 0 ? MismatchesOf<kE4M3>(lo, hi, step, sign)
-                     : MismatchesOf<kUE4M4>(lo, hi, step, sign);
+  switch (format) {
+    case 0:
+      return MismatchesOf<kE4M3>(lo, hi, step, sign);
+    case 1:
+      return MismatchesOf<kUE4M4>(lo, hi, step, sign);
+    default:
+      return MismatchesOf<kUE3M5>(lo, hi, step, sign);
+  }
 }
 
 }  // namespace fusekit::HWY_NAMESPACE
@@ -92,6 +99,10 @@ TEST(Fp8CodesSimd, CodeInBlockE4M3MatchesTheScalarCode) {
 
 TEST(Fp8CodesSimd, CodeInBlockUE4M4MatchesTheScalarCode) {
   check_format(1, kUE4M4, testing::kOracleUE4M4);
+}
+
+TEST(Fp8CodesSimd, CodeInBlockUE3M5MatchesTheScalarCode) {
+  check_format(2, kUE3M5, testing::kOracleUE3M5);
 }
 
 }  // namespace

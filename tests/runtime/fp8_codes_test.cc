@@ -1,8 +1,8 @@
-// The FP8 state format's scalar codes (src/common/fp8_codes.h) against the oracle written from the
-// format's definition (tests/common/fp8_oracle.h): every code's value, every code back to itself,
-// exact midpoints (ties to even), the subnormal range, saturation, and random values over the
-// whole range. The SIMD codes are checked through the kernels on every target (the operators'
-// tests), against the same oracle.
+// The FP8 state formats' scalar codes (E4M3, UE4M4, UE3M5) (src/common/fp8_codes.h) against the
+// oracle written from the format's definition (tests/common/fp8_oracle.h): every code's value,
+// every code back to itself, exact midpoints (ties to even), the subnormal range, saturation, and
+// random values over the whole range. The SIMD codes are checked through the kernels on every
+// target (the operators' tests), against the same oracle.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -17,8 +17,10 @@
 namespace {
 
 using fusekit::kE4M3;
+using fusekit::kUE3M5;
 using fusekit::kUE4M4;
 using fusekit::testing::kOracleE4M3;
+using fusekit::testing::kOracleUE3M5;
 using fusekit::testing::kOracleUE4M4;
 
 template <const fusekit::Fp8Format &F>
@@ -47,7 +49,8 @@ void check_format(const fusekit::testing::Fp8Oracle &o, uint64_t salt) {
   }
   // Saturation, zeros, the sign of zero.
   for (float x : {F.max_value, F.max_value * 1.03f, F.max_value * 1.2f, 1e30f, 0.0f, -0.0f,
-                  0x1p-30f, -0x1p-30f, 1e-40f}) {
+                  0x1p-30f, -0x1p-30f, 1e-40f, F.min_normal(), std::nextafter(F.min_normal(), 0.0f),
+                  F.subnormal_unit() / 2, std::nextafter(F.subnormal_unit() / 2, 1.0f)}) {
     EXPECT_EQ(fusekit::fp8_code<F>(x), o.encode(x)) << "x = " << x;
   }
   // Random magnitudes, log-uniform over 2^-16 .. 2^10, both signs.
@@ -68,6 +71,22 @@ TEST(Fp8Codes, UE4M4MatchesItsDefinition) {
   check_format<kUE4M4>(kOracleUE4M4, 8802);
 }
 
+TEST(Fp8Codes, UE3M5MatchesItsDefinition) {
+  check_format<kUE3M5>(kOracleUE3M5, 8803);
+}
+
+// The constants the SIMD code derives from a format, against the oracle's values.
+TEST(Fp8Codes, DerivedConstants) {
+  for (const auto &[f, o] : {std::pair{&kE4M3, &kOracleE4M3}, std::pair{&kUE4M4, &kOracleUE4M4},
+                             std::pair{&kUE3M5, &kOracleUE3M5}}) {
+    EXPECT_EQ(static_cast<double>(f->min_normal()), o->magnitude(1 << o->mantissa_bits));
+    EXPECT_EQ(static_cast<double>(f->subnormal_unit()), o->magnitude(1));
+    EXPECT_EQ(std::bit_cast<uint32_t>(f->min_normal()), f->min_normal_bits());
+    EXPECT_EQ(static_cast<double>(f->max_value), o->magnitude(o->max_magnitude_code));
+    EXPECT_EQ(static_cast<double>(f->float16_factor()), std::ldexp(1.0, 15 - o->bias));
+  }
+}
+
 TEST(Fp8Codes, BlockScaleAndTheZeroBlock) {
   // The scale and the multiplier as the definition computes them; below 2^-96 a zero block.
   for (float a : {1.0f, 3.7e-5f, 448.0f, 1e20f, 0x1p-96f}) {
@@ -86,6 +105,9 @@ TEST(Fp8Codes, BlockScaleAndTheZeroBlock) {
     EXPECT_EQ(fusekit::fp8_block_code<kUE4M4>(a, s), 0xff) << a;
     const fusekit::Fp8BlockScale sm = fusekit::fp8_block_scale<kE4M3>(a);
     EXPECT_EQ(fusekit::fp8_block_code<kE4M3>(-a, sm), 0xfe) << a;
+    const fusekit::Fp8BlockScale s5 = fusekit::fp8_block_scale<kUE3M5>(a);
+    EXPECT_TRUE(fusekit::testing::bits_equal(s5.scale, a / 31.5f)) << a;
+    EXPECT_EQ(fusekit::fp8_block_code<kUE3M5>(a, s5), 0xff) << a;
   }
 }
 

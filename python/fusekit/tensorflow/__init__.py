@@ -40,7 +40,7 @@ if not os.path.exists(_LIBRARY):
 
 import tensorflow as tf  # noqa: E402
 
-from fusekit import STATE_FORMATS as _STATE_FORMATS  # noqa: E402  (the 8-bit op's formats)
+from fusekit import SPARSE_STATE_FORMATS as _STATE_FORMATS  # noqa: E402  (the 8-bit op's formats)
 
 from ._built_with import TENSORFLOW_VERSION  # noqa: E402
 

@@ -127,9 +127,9 @@ class LazyAdam8bit(LazyAdam):
                 or min_8bit_size < 0:
             raise ValueError("fusekit.tensorflow.LazyAdam8bit: min_8bit_size must be an int >= 0, "
                              f"got {min_8bit_size!r}")
-        if not isinstance(state_format, str) or state_format not in fusekit.STATE_FORMATS:
+        if not isinstance(state_format, str) or state_format not in fusekit.SPARSE_STATE_FORMATS:
             raise ValueError("fusekit.tensorflow.LazyAdam8bit: state_format must be one of "
-                             f"{fusekit.STATE_FORMATS}, got {state_format!r}")
+                             f"{fusekit.SPARSE_STATE_FORMATS}, got {state_format!r}")
         super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
                          epsilon=epsilon, name=name, **kwargs)
         self.min_8bit_size = min_8bit_size

@@ -13,7 +13,9 @@ group, docs/fp8_state.md):
   unless ``guard_lost_v=False`` (the step divides by v as it decodes, as bitsandbytes');
 - ``"fp8"``: ``step``, ``state1`` (m as E4M3 codes), ``state2`` (sqrt(v) as UE4M4 codes),
   ``scale1`` / ``scale2`` (float32 [ceil(n / 256)]: the blocks' scales, max / 448 and max / 496);
-  no maps.
+  no maps;
+- ``"fp8_ue3m5"``: as ``"fp8"`` with sqrt(v) as UE3M5 codes (half UE4M4's rounding error, a range
+  of 2^12: for dense layers), its scales (max / 31.5) under ``scale2_ue3m5``.
 
 See docs/torch_adam8bit.md for the options accepted and refused and where the arithmetic differs
 from ``torch.optim.AdamW`` and from bitsandbytes.
@@ -29,8 +31,9 @@ import torch
 
 import fusekit
 
-from ._base import (LR, Betas, Hyper, QuantStateOptimizer, StepStats, check_dense_param,
-                    dense_work, param_label, run_closure, state_format_of, step_value)
+from ._base import (SCALE_KEYS, LR, Betas, Hyper, QuantStateOptimizer, StepStats,
+                    check_dense_param, dense_work, param_label, run_closure, state_format_of,
+                    step_value)
 from ._dtensor import block_layout, blocks_dtensor, is_dtensor, like_param, local
 from ._memory import HUGE_PAGE_BYTES, advise_hugepages, zeros_hugepage
 
@@ -38,7 +41,7 @@ __all__ = ["AdamW8bit", "Adam8bit"]
 
 BLOCK_SIZE = fusekit.BLOCK_SIZE
 _TENSOR_KEYS_8BIT = ("state1", "state2", "qmap1", "qmap2", "absmax1", "absmax2")
-_FP8_KEYS = ("scale1", "scale2")  # the fp8 format's per-block scales (and state1, state2)
+_FP8_KEYS = ("scale1", "scale2", "scale2_ue3m5")  # the fp8 formats' per-block scales
 _STATE_KEYS = ("step",) + _TENSOR_KEYS_8BIT + _FP8_KEYS
 # bitsandbytes' state_dict() nests the quantization tensors under this key (for FSDP).
 _BNB_WRAP_KEY = "__bnb_optimizer_quant_state__"
@@ -132,8 +135,9 @@ class _Adam8bitBase(QuantStateOptimizer):
         if self._uses_8bit(p):
             for key in ("state1", "state2"):
                 state[key] = self._new_state(p, key, torch.uint8)
-            if group["state_format"] == "fp8":  # codes 0 and scales 0: every moment 0
-                for key in _FP8_KEYS:
+            fmt = group["state_format"]
+            if fmt != "dynamic_map":  # an fp8 format: codes 0 and scales 0, every moment 0
+                for key in SCALE_KEYS[fmt]:
                     state[key] = self._new_state(p, key, torch.float32)
                 return
             state["qmap1"], state["qmap2"] = self._qmap_m, self._qmap_v
@@ -189,8 +193,9 @@ class _Adam8bitBase(QuantStateOptimizer):
         parameter's plan) and its 8-bit state, of either format (its keys say which)."""
         m, v = local(state["state1"]), local(state["state2"])
         blocks = fusekit.quant_blocks(p.numel())
-        fp8 = "scale1" in state
-        k1, k2 = ("scale1", "scale2") if fp8 else ("absmax1", "absmax2")
+        fmt = state_format_of(state) or "dynamic_map"
+        fp8 = fmt != "dynamic_map"
+        k1, k2 = SCALE_KEYS[fmt]
         absmax1 = local(state[k1]).view(-1)[:blocks]  # a shard's blocks: its row's first
         absmax2 = local(state[k2]).view(-1)[:blocks]
         qmap1, qmap2 = (self._no_map, self._no_map) if fp8 else (state["qmap1"], state["qmap2"])
@@ -205,9 +210,10 @@ class _Adam8bitBase(QuantStateOptimizer):
             m, v = m.view(-1), v.view(-1)
             copy_back = var
         attrs: Dict[str, Any] = self._attrs(hp)
-        # The plans' integer attributes (fusekit.STATE_FORMATS): 0 the dynamic maps, 1 fp8 (whose
-        # guard is always on).
-        attrs.update(state_format=1 if fp8 else 0, guard_lost_v=1 if fp8 or guard_lost_v else 0)
+        # The plans' integer attributes (fusekit.STATE_FORMATS): 0 the dynamic maps, 1 fp8, 2
+        # fp8_ue3m5 (the fp8 formats' guard is always on).
+        attrs.update(state_format=fusekit.STATE_FORMATS.index(fmt),
+                     guard_lost_v=1 if fp8 or guard_lost_v else 0)
         st = self._plans.run(id(key), fusekit.ApplyAdamWQuantPlan,
                              (var, grad, m, v, qmap1, qmap2, absmax1, absmax2),
                              attrs, tuple(attrs.values()), step, hp.lr)
@@ -259,13 +265,17 @@ class _Adam8bitBase(QuantStateOptimizer):
         out["state1"], out["state2"] = s1, s2
         if s1.dtype == torch.uint8:
             fmt = state_format_of(v) or "dynamic_map"
-            if fmt == "fp8" and any(k in v for k in ("absmax1", "absmax2", "qmap1", "qmap2")):
-                fail("it holds both the fp8 format's scale1/scale2 and the dynamic map's "
-                     "absmax/qmap keys: one format or the other")
+            if fmt != "dynamic_map" and any(k in v for k in ("absmax1", "absmax2", "qmap1",
+                                                            "qmap2")):
+                fail(f"it holds both the {fmt} format's {'/'.join(SCALE_KEYS[fmt])} and the "
+                     "dynamic map's absmax/qmap keys: one format or the other")
+            if fmt == "fp8_ue3m5" and "scale2" in v:
+                fail("it holds both the fp8 format's scale2 and the fp8_ue3m5 format's "
+                     "scale2_ue3m5: one format or the other")
             self._check_loaded_format(p, fmt, fail)
             shape, shards = self._absmax_layout(p)
             want = (shards,) + shape[1:] if shards is not None else shape
-            for key in _FP8_KEYS if fmt == "fp8" else ("absmax1", "absmax2"):
+            for key in SCALE_KEYS[fmt]:
                 t = v.get(key)
                 if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
                     fail(f"{key} must be a float32 tensor, got "
@@ -299,12 +309,12 @@ class _Adam8bitBase(QuantStateOptimizer):
             local(new).copy_(local(t).detach().reshape(local(new).shape))
             out[key] = new
         if s["state1"].dtype == torch.uint8:
-            fp8 = "scale1" in s
-            for key in _FP8_KEYS if fp8 else ("absmax1", "absmax2"):
+            fmt = state_format_of(s) or "dynamic_map"
+            for key in SCALE_KEYS[fmt]:
                 new = self._new_state(p, key, torch.float32)
                 local(new).copy_(local(s[key]).detach().reshape(local(new).shape))
                 out[key] = new
-            if not fp8:
+            if fmt == "dynamic_map":
                 for key in ("qmap1", "qmap2"):
                     out[key] = self._shared_map(s[key])
         return out
@@ -322,13 +332,16 @@ class AdamW8bit(_Adam8bitBase):
     state sharded alike (docs/offloaded_training.md).
 
     ``state_format`` (fusekit's; a hyperparameter of every group): ``"dynamic_map"`` (the
-    default: bitsandbytes' codes, maps and absmax, its state_dict layout) or ``"fp8"`` (m as E4M3,
+    default: bitsandbytes' codes, maps and absmax, its state_dict layout), ``"fp8"`` (m as E4M3,
     sqrt(v) as UE4M4, one float32 scale per block, no maps: ``state1``, ``state2``, ``scale1``,
-    ``scale2``; docs/fp8_state.md). ``guard_lost_v`` (fusekit's, default True): the lost-v guard
+    ``scale2``; docs/fp8_state.md) or ``"fp8_ue3m5"`` (sqrt(v) as UE3M5: half the rounding error
+    of v, a range of 2^12 where UE4M4's is 2^19; v's scales under ``scale2_ue3m5``; for dense
+    layers, the closer to float32 on the fine-tuning example). ``guard_lost_v`` (fusekit's,
+    default True): the lost-v guard
     of the dynamic-map format, fusekit's deliberate difference from bitsandbytes (a second moment
     that decodes to 0 while the first does not is read as m^2, so that the step cannot become
-    m / eps); False: the step divides by v as it decodes, as bitsandbytes'. The FP8 format always
-    has it (False is refused with "fp8").
+    m / eps); False: the step divides by v as it decodes, as bitsandbytes'. The FP8 formats always
+    have it (False is refused with them).
 
     After each step, ``last_stats`` holds one :class:`~fusekit.torch.StepStats` per parameter
     stepped: what the non-finite guard left unchanged (blocks of 256 for 8-bit state, elements

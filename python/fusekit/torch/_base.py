@@ -18,8 +18,8 @@ One language for all six optimizers (docs/torch_contract.md):
   out of range;
 - ``hugepages`` (a public attribute), ``last_stats`` (one entry per parameter stepped by the last
   ``step()``, in the order of the groups);
-- the 8-bit optimizers' ``state_format`` ("dynamic_map" or "fp8") and ``guard_lost_v`` (a bool,
-  True with "fp8"): hyperparameters of every group with the same rule
+- the 8-bit optimizers' ``state_format`` ("dynamic_map", "fp8" or, dense ones only, "fp8_ue3m5")
+  and ``guard_lost_v`` (a bool, True with the fp8 formats): hyperparameters of every group with the same rule
   (``check_state_options``, ``QuantStateOptimizer``).
 
 ``copy.deepcopy`` and pickle keep the constructor's options (``_OPTIONS``) besides torch's
@@ -316,33 +316,48 @@ class FusekitOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
-def check_state_options(prefix: str, group: Dict[str, Any], where: str = "") -> Tuple[str, bool]:
+#: Each 8-bit state format's per-block scale keys (m's, v's) in a parameter's state: the dynamic
+#: map's absmax, the fp8 formats' scales (v's key names UE3M5's codes, so that a state says its
+#: format).
+SCALE_KEYS = {"dynamic_map": ("absmax1", "absmax2"), "fp8": ("scale1", "scale2"),
+              "fp8_ue3m5": ("scale1", "scale2_ue3m5")}
+
+_FORMAT_WORDS = {"dynamic_map": "'dynamic_map' (codes into the dynamic maps, bitsandbytes' format)",
+                 "fp8": "'fp8' (m as E4M3, sqrt(v) as UE4M4, one scale per block)",
+                 "fp8_ue3m5": "'fp8_ue3m5' (as 'fp8' with sqrt(v) as UE3M5, for dense layers)"}
+
+
+def check_state_options(prefix: str, group: Dict[str, Any], where: str = "",
+                        formats: Tuple[str, ...] = STATE_FORMATS) -> Tuple[str, bool]:
     """The 8-bit optimizers' two state hyperparameters (their rule, as ``check_hparams``'s):
-    ``state_format`` one of STATE_FORMATS, ``guard_lost_v`` a bool, True with "fp8" (the FP8
-    format always has the lost-v guard)."""
+    ``state_format`` one of ``formats``, ``guard_lost_v`` a bool, True with the fp8 formats (they
+    always have the lost-v guard)."""
     at = f" ({where})" if where else ""
     fmt = group.get("state_format", "dynamic_map")
-    if not isinstance(fmt, str) or fmt not in STATE_FORMATS:
+    if not isinstance(fmt, str) or fmt not in formats:
+        extra = ("; 'fp8_ue3m5' is for dense layers (AdamW8bit, Adam8bit): an embedding table's "
+                 "moments span more decades than UE3M5 holds" if fmt == "fp8_ue3m5" else "")
         raise ValueError(f"{prefix}: Invalid state_format value: {fmt!r}{at}; it must be "
-                         "'dynamic_map' (codes into the dynamic maps, bitsandbytes' format) or "
-                         "'fp8' (m as E4M3, sqrt(v) as UE4M4, one scale per block: "
-                         "docs/fp8_state.md)")
+                         + " or ".join(_FORMAT_WORDS[f] for f in formats)
+                         + f" (docs/fp8_state.md){extra}")
     guard = group.get("guard_lost_v", True)
     if not isinstance(guard, (bool, np.bool_)):
         raise ValueError(f"{prefix}: Invalid guard_lost_v value: {guard!r}{at}; it must be True "
                          "or False")
-    if fmt == "fp8" and not guard:
+    if fmt != "dynamic_map" and not guard:
         raise ValueError(f"{prefix}: guard_lost_v=False{at} is not available with "
-                         "state_format='fp8': the FP8 format always has the lost-v guard "
+                         f"state_format={fmt!r}: the FP8 formats always have the lost-v guard "
                          "(docs/fp8_state.md); guard_lost_v=False (the step dividing by v as "
                          "it decodes, as bitsandbytes') is for the dynamic-map format")
     return fmt, bool(guard)
 
 
 def state_format_of(state: Dict[str, Any]) -> Optional[str]:
-    """The format of a parameter's 8-bit state, from its keys: "fp8" (``scale1`` / ``scale2``),
-    "dynamic_map" (``absmax1`` / ``absmax2``, ``qmap1`` / ``qmap2``), None (float32 moments, or no
-    state yet)."""
+    """The format of a parameter's 8-bit state, from its keys (SCALE_KEYS): "fp8_ue3m5"
+    (``scale2_ue3m5``), "fp8" (``scale1`` / ``scale2``), "dynamic_map" (``absmax1`` /
+    ``absmax2``, ``qmap1`` / ``qmap2``), None (float32 moments, or no state yet)."""
+    if "scale2_ue3m5" in state:
+        return "fp8_ue3m5"
     if "scale1" in state or "scale2" in state:
         return "fp8"
     if any(k in state for k in ("absmax1", "absmax2", "qmap1", "qmap2")):
@@ -362,6 +377,8 @@ class QuantStateOptimizer(FusekitOptimizer):
     converted)."""
 
     _state_defaults: Dict[str, Any]
+    #: The state formats the optimizer takes (the row-wise ones: SPARSE_STATE_FORMATS).
+    _STATE_FORMATS: Tuple[str, ...] = STATE_FORMATS
 
     def _set_state_options(self, state_format: Any, guard_lost_v: Any) -> None:
         """The constructor's two state hyperparameters (checked with the others in the base's
@@ -373,7 +390,8 @@ class QuantStateOptimizer(FusekitOptimizer):
 
     def _check_group(self, gi: int, group: Dict[str, Any]) -> Hyper:
         hyper = super()._check_group(gi, group)
-        check_state_options(self._prefix(), group, f"param group {gi}" if gi >= 0 else "")
+        check_state_options(self._prefix(), group, f"param group {gi}" if gi >= 0 else "",
+                            self._STATE_FORMATS)
         return hyper
 
     def _check_state_format(self, label: str, group: Dict[str, Any],
@@ -398,7 +416,8 @@ class QuantStateOptimizer(FusekitOptimizer):
         """A saved 8-bit state of the format this optimizer's group of ``p`` has, or refused."""
         want = self._group_format_of(p)
         if have is not None and have != want:
-            keys = "scale1, scale2" if have == "fp8" else "absmax1, absmax2, qmap1, qmap2"
+            keys = ", ".join(SCALE_KEYS[have] + (("qmap1", "qmap2") if have == "dynamic_map"
+                                                 else ()))
             fail(f"it holds {have} state ({keys}) but this optimizer's state_format for its "
                  f"group is {want!r}; construct the optimizer with state_format={have!r} to "
                  "load it (fusekit does not convert a state between the formats)")

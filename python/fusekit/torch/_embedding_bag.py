@@ -112,7 +112,8 @@ class FusedEmbeddingBag(nn.Module):
             raise ValueError(f"{_PREFIX}: state = {state!r} must be one of {self.STATES}")
         if state == "8bit":
             state_format, guard_lost_v = check_state_options(
-                _PREFIX, {"state_format": state_format, "guard_lost_v": guard_lost_v})
+                _PREFIX, {"state_format": state_format, "guard_lost_v": guard_lost_v},
+                formats=fusekit.SPARSE_STATE_FORMATS)
         if mode not in fusekit.POOLING_MODES:
             raise ValueError(f"{_PREFIX}: mode = {mode!r} must be one of {fusekit.POOLING_MODES} "
                              "(mode 'max' has no gradient an Adam step could take per row)")

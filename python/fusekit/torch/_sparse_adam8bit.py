@@ -87,6 +87,8 @@ class SparseAdam8bit(QuantStateOptimizer, SparseAdam):
         min_8bit_size (int): the constructor's threshold.
     """
 
+    _STATE_FORMATS = fusekit.SPARSE_STATE_FORMATS  # no fp8_ue3m5 (docs/fp8_state.md)
+
     _OPTIONS = ("hugepages", "min_8bit_size")
 
     def __init__(self, params: Any, lr: LR = 1e-3, betas: Betas = (0.9, 0.999), eps: float = 1e-8,

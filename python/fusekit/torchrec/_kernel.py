@@ -95,9 +95,9 @@ def adam_hyperparameters(fused_params: Dict[str, Any], tables: Sequence[str]
         if key == "optimizer" or key in _IGNORED_KEYS:
             continue
         if key == FUSED_PARAM_STATE_FORMAT:
-            if value is not None and value not in fusekit.STATE_FORMATS:
+            if value is not None and value not in fusekit.SPARSE_STATE_FORMATS:
                 raise ValueError(f"{where}: {key} = {value!r} must be None (float32 state) or "
-                                 f"one of {fusekit.STATE_FORMATS} (8-bit state)")
+                                 f"one of {fusekit.SPARSE_STATE_FORMATS} (8-bit state)")
             out["state_format"] = value
             continue
         if key == FUSED_PARAM_GUARD_LOST_V:
