@@ -24,7 +24,7 @@ struct Case {
   fz::TensorSpec t[kNumArgs];
   double lr = 0, beta1 = 0, beta2 = 0, weight_decay = 0, eps = 0, gnorm = 0;
   uint8_t qmode = 0;
-  uint8_t format = 0;  // the C++ API's pass: even, the FP8 format; odd, the guarded dynamic maps
+  uint8_t format = 0;  // the C++ API's pass, mod 3: fp8, the guarded dynamic maps, fp8_ue3m5
   int64_t block = 0;
   fz::Phases ph;
 };
@@ -171,13 +171,15 @@ void run_one(const uint8_t *data, size_t size) {
   fz::expect_reference<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
       w, copies, tensors, o, scalars, outputs, "aclnnApplyAdamWQuant");
 
-  // The FP8 state format (the maps as empty views; the codes, absmax and step as drawn, NaN codes
-  // and non-finite scales included) or the dynamic maps with the lost-v guard, through the C++
-  // API: the plan's implementation and the reference agree.
-  o.state_format =
-      c.format % 2 == 0 ? fusekit::QuantStateFormat::kFp8 : fusekit::QuantStateFormat::kDynamicMap;
+  // An FP8 state format, sqrt(v) as UE4M4 or UE3M5 (the maps as empty views; the codes, absmax
+  // and step as drawn, NaN codes and non-finite scales included) or the dynamic maps with the
+  // lost-v guard, through the C++ API: the plan's implementation and the reference agree.
+  constexpr fusekit::QuantStateFormat kFormats[] = {fusekit::QuantStateFormat::kFp8,
+                                                    fusekit::QuantStateFormat::kDynamicMap,
+                                                    fusekit::QuantStateFormat::kFp8Ue3m5};
+  o.state_format = kFormats[static_cast<size_t>(c.format) % 3];
   o.guard_lost_v = true;
-  const bool fp8 = o.state_format == fusekit::QuantStateFormat::kFp8;
+  const bool fp8 = fusekit::is_fp8_state(o.state_format);
   fz::expect_implementations_agree<fusekit::ApplyAdamWQuant, fusekit::ApplyAdamWQuantProblem>(
       w, o,
       [&](std::vector<std::unique_ptr<fz::Buffer>> &b) {
@@ -190,7 +192,9 @@ void run_one(const uint8_t *data, size_t size) {
                                             w.view(kV, b), qm, qv, w.view(kAm, b), w.view(kAv, b)},
             sc};
       },
-      fp8 ? "ApplyAdamWQuant (fp8)" : "ApplyAdamWQuant (dynamic maps, guard_lost_v)");
+      o.state_format == fusekit::QuantStateFormat::kFp8Ue3m5 ? "ApplyAdamWQuant (fp8_ue3m5)"
+      : fp8                                                  ? "ApplyAdamWQuant (fp8)"
+            : "ApplyAdamWQuant (dynamic maps, guard_lost_v)");
 }
 
 std::vector<fz::Seed> seeds() {

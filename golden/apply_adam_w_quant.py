@@ -26,7 +26,8 @@ BLOCK = 256
 
 SIZES = {
     # name: (shape, dtype, maps)  maps: "dynamic" or "linspace" (the dynamic-map state format), or
-    # "fp8" (the FP8 state format: no maps; docs/fp8_state.md)
+    # "fp8" / "fp8_ue3m5" (the FP8 state formats, sqrt(v) as UE4M4 / UE3M5: no maps;
+    # docs/fp8_state.md)
     "seed": ((1, 256), "float32", "dynamic"),          # the seed example's shape
     "small": ((517, 1000), "float32", "dynamic"),      # 517,000: a partial last block
     "small_linspace": ((300, 1001), "float32", "linspace"),
@@ -39,6 +40,9 @@ SIZES = {
     "small_fp8_fp16": ((257, 999), "float16", "fp8"),
     "medium_fp8": ((4096, 4096), "float32", "fp8"),    # the main job's FP8 size
     "large_fp8": ((8192, 8192), "float32", "fp8"),
+    "small_fp8_ue3m5": ((517, 1000), "float32", "fp8_ue3m5"),
+    "small_fp8_ue3m5_bf16": ((255, 1003), "bfloat16", "fp8_ue3m5"),
+    "medium_fp8_ue3m5": ((4096, 4096), "float32", "fp8_ue3m5"),
 }
 
 # The main job's size: 16.8M elements, large enough for a meaningful speed (the seed example's own
@@ -46,8 +50,9 @@ SIZES = {
 DEFAULT_SIZE = "medium"
 
 # The flows scripts/main.sh runs besides the main size, per mode ("default", or "small" for
-# --small): the FP8 state format at the same shape.
-EXTRA_SIZES = {"default": ["medium_fp8"], "small": ["small_fp8"]}
+# --small): the FP8 state formats at the same shape.
+EXTRA_SIZES = {"default": ["medium_fp8", "medium_fp8_ue3m5"],
+               "small": ["small_fp8", "small_fp8_ue3m5"]}
 
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
@@ -232,13 +237,14 @@ def make_inputs(shape, dtype, maps, seed):
     return var, grad, m, v, qm, qv, am, av
 
 
-def make_fp8_inputs(shape, dtype, seed):
+def make_fp8_inputs(shape, dtype, seed, v_format="ue4m4"):
     """Inputs in the FP8 state format: m and sqrt(v) drawn per block (magnitudes 1e-5 to 1e-1 of
     block to block, elements spread over the codes' whole range, subnormal codes included) and
     coded by golden/fp8_state.py's block rule, as a run leaves them; then the cases the format's
     definition names: an all-zero block (scale 0), a block whose v codes are all 0 under a non-zero
     m (the lost-v guard on every element), a few lost v elsewhere, an E4M3 NaN code (non-finite
-    state: the block is left unchanged), a NaN gradient (the same)."""
+    state: the block is left unchanged), a NaN gradient (the same). v_format: sqrt(v)'s code
+    ("ue4m4", state format fp8; "ue3m5", fp8_ue3m5)."""
     from golden.fp8_state import quantize_blocks  # (it imports this module)
     rng = np.random.default_rng(seed)
     n = int(np.prod(shape))
@@ -253,7 +259,7 @@ def make_fp8_inputs(shape, dtype, seed):
     mm = (rng.standard_normal((nb, BLOCK)) * mag * np.exp(rng.uniform(-6, 0, (nb, BLOCK)))).astype(F32)
     ss = (np.abs(rng.standard_normal((nb, BLOCK))) * mag * 2).astype(F32)
     mc, sm = quantize_blocks(mm, "e4m3", valid)
-    vc, sv = quantize_blocks(ss, "ue4m4", valid)
+    vc, sv = quantize_blocks(ss, v_format, valid)
     if nb > 2:  # an all-zero m block
         mc[2], sm[2] = 0, F32(0)
     if nb > 6:
@@ -268,7 +274,7 @@ def make_fp8_inputs(shape, dtype, seed):
 
 def generate(out_dir, size="seed", seed=0):
     shape, dtype, maps = SIZES[size]
-    if maps == "fp8":
+    if maps in ("fp8", "fp8_ue3m5"):
         return generate_fp8(out_dir, size, seed)
     var, grad, m, v, qm, qv, am, av = make_inputs(shape, dtype, maps, seed)
     step, lr, beta1, beta2, wd, eps, gnorm = 9, 1e-3, 0.9, 0.999, 0.01, 1e-8, 0.5
@@ -288,25 +294,27 @@ def generate(out_dir, size="seed", seed=0):
 
 
 def generate_fp8(out_dir, size, seed):
-    """The FP8 state format's flow: inputs (make_fp8_inputs), golden from golden/fp8_state.py (no
+    """An FP8 state format's flow: inputs (make_fp8_inputs), golden from golden/fp8_state.py (no
     map files; absmax_m and absmax_v hold the blocks' scales)."""
     from golden.fp8_state import apply_adam_w_quant_fp8
-    shape, dtype, _ = SIZES[size]
-    var, grad, m, v, sm, sv = make_fp8_inputs(shape, dtype, seed)
+    shape, dtype, fmt = SIZES[size]
+    v_format = "ue3m5" if fmt == "fp8_ue3m5" else "ue4m4"
+    var, grad, m, v, sm, sv = make_fp8_inputs(shape, dtype, seed, v_format)
     step, lr, beta1, beta2, wd, eps, gnorm = 9, 1e-3, 0.9, 0.999, 0.01, 1e-8, 0.5
     ins = {"var": var, "grad": grad, "m": m, "v": v, "absmax_m": sm, "absmax_v": sv,
            "step": np.array([step], np.int64)}
     for name, a in ins.items():
         write_bin(f"{out_dir}/input/{name}.bin", a)
     gvar, gm, gv, gsm, gsv, skipped = apply_adam_w_quant_fp8(
-        var, grad, m, v, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm, dtype=dtype, grad_dtype=dtype)
+        var, grad, m, v, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm, dtype=dtype, grad_dtype=dtype,
+        v_format=v_format)
     for name, a in {"var": gvar, "m": gm, "v": gv, "absmax_m": gsm, "absmax_v": gsv}.items():
         write_bin(f"{out_dir}/golden/{name}.bin", a)
     write_params(f"{out_dir}/params.txt", dict(rows=shape[0], cols=shape[1], dtype=dtype,
                                                dtype_code=DTYPE_CODES[dtype], step=step, lr=lr, beta1=beta1,
                                                beta2=beta2, weight_decay=wd, eps=eps, gnorm_scale=gnorm,
                                                skipped_blocks=skipped, maps="none",
-                                               state_format="fp8", seed=seed, size=size))
+                                               state_format=fmt, seed=seed, size=size))
 
 
 def verify(out_dir):

@@ -42,10 +42,10 @@ int main(int argc, char **argv) {
   const double elem = dtype == "float32" ? 4.0 : 2.0;
   aclrtStream stream = run.stream;
 
-  const bool fp8 = p.has("state_format") && p.str("state_format") == "fp8";
-  if (p.has("state_format") && !fp8 && p.str("state_format") != "dynamic_map") {
-    fusekit::tools::die("state_format = " + p.str("state_format") +
-                        ": expected dynamic_map or fp8");
+  const std::string format = p.has("state_format") ? p.str("state_format") : "dynamic_map";
+  const bool fp8 = format == "fp8" || format == "fp8_ue3m5";
+  if (!fp8 && format != "dynamic_map") {
+    fusekit::tools::die("state_format = " + format + ": expected dynamic_map, fp8 or fp8_ue3m5");
   }
 
   DeviceTensor var = run.input("var", {rows, cols}, dt);
@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
   o.weight_decay = p.num("weight_decay");
   o.eps = p.num("eps");
   o.gnorm_scale = p.num("gnorm_scale");
-  o.state_format = fusekit::QuantStateFormat::kFp8;
+  o.state_format = format == "fp8_ue3m5" ? fusekit::QuantStateFormat::kFp8Ue3m5
+                                         : fusekit::QuantStateFormat::kFp8;
   const fusekit::DType ft = dtype_named(dtype);
   const float empty_map[1] = {0.0f};
   fusekit::ApplyAdamWQuant plan;
@@ -118,7 +119,7 @@ int main(int argc, char **argv) {
   const fusekit::tools::SteadySeconds steady = call.steady();
   char shape[128];
   std::snprintf(shape, sizeof shape, "[%lld, %lld] %s%s", static_cast<long long>(rows),
-                static_cast<long long>(cols), dtype.c_str(), fp8 ? " fp8" : "");
+                static_cast<long long>(cols), dtype.c_str(), fp8 ? (" " + format).c_str() : "");
   fusekit::tools::write_run_stats(dir, call, first, steady, bytes, "GB/s", shape, warning);
   for (auto *t : {&var, &grad, &m, &v, &qm, &qv, &am, &av, &step}) {
     fusekit::tools::release(*t);

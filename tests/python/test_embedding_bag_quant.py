@@ -46,7 +46,7 @@ def _same(got, want):
 
 @pytest.mark.parametrize("impl", runnable_implementations(
     fusekit.implementations("embedding_bag_lazy_adam_quant")))
-@pytest.mark.parametrize("fmt", fusekit.STATE_FORMATS)
+@pytest.mark.parametrize("fmt", fusekit.SPARSE_STATE_FORMATS)
 @pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", True)])
 @pytest.mark.parametrize("dim", [1, 17, 32, 300])
 def test_function_matches_golden_bitwise(impl, fmt, mode, weighted, dim):
@@ -66,14 +66,14 @@ def test_function_matches_golden_bitwise(impl, fmt, mode, weighted, dim):
     assert st.rows_updated > 20
 
 
-@pytest.mark.parametrize("fmt", fusekit.STATE_FORMATS)
+@pytest.mark.parametrize("fmt", fusekit.SPARSE_STATE_FORMATS)
 def test_plan_runs_any_batch(fmt):
     rng = np.random.default_rng(SEED + 1)
     var, m, v, am, av, qm, qv = _state(rng, 1000, 16, fmt)
     go, idx, off, w = make_batch(rng, 1000, 16, 10, (1, 3), True, 1000)
     no_map = np.empty(0, F32)
     maps = (no_map, no_map) if fmt == "fp8" else (qm, qv)
-    attrs = dict(mode=1, state_format=fusekit.STATE_FORMATS.index(fmt), guard_lost_v=1)
+    attrs = dict(mode=1, state_format=fusekit.SPARSE_STATE_FORMATS.index(fmt), guard_lost_v=1)
     plan = fusekit.EmbeddingBagLazyAdamQuantPlan((go, idx, off, w, m, v, var) + maps + (am, av),
                                                  attrs)
     for k, bags in enumerate([1, 300, 0, 77]):
@@ -154,7 +154,7 @@ class Float64EmbeddingBagAdam:
         self.w[rows] -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
-@pytest.mark.parametrize("fmt", fusekit.STATE_FORMATS)
+@pytest.mark.parametrize("fmt", fusekit.SPARSE_STATE_FORMATS)
 @pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", False)])
 def test_module_close_to_a_float64_lazy_adam(fmt, mode, weighted):
     """20 steps of a 400 x 32 table against float64 Adam: the tolerance is the 8-bit
@@ -179,7 +179,7 @@ def test_module_close_to_a_float64_lazy_adam(fmt, mode, weighted):
     assert gap.mean() <= 0.03 * moved.mean()
 
 
-@pytest.mark.parametrize("fmt", fusekit.STATE_FORMATS)
+@pytest.mark.parametrize("fmt", fusekit.SPARSE_STATE_FORMATS)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_module_steps_as_sparse_adam8bit_on_embedding_bag_gradients(fmt, weighted):
     """nn.EmbeddingBag(sparse=True) + SparseAdam8bit, the same table: after every step the same
