@@ -103,7 +103,7 @@ struct QuantData {
     fill(grad.ptr, t, n, 2, 0.01f);
     fill(m.ptr, DType::kUInt8, n, 3, 1.0f);
     fill(v.ptr, DType::kUInt8, n, 4, 1.0f);
-    const bool fp8 = f == QuantStateFormat::kFp8;
+    const bool fp8 = fusekit::is_fp8_state(f);
     if (fp8) {
       uint8_t *mc = m.as<uint8_t>();
 #pragma omp parallel for
@@ -111,7 +111,9 @@ struct QuantData {
     }
     for (int64_t b = 0; b < n / 256; ++b) {
       absmax_m.as<float>()[b] = fp8 ? 0.01f / 448.0f : 0.01f;
-      absmax_v.as<float>()[b] = fp8 ? 0.01f / 496.0f : 1e-4f;
+      absmax_v.as<float>()[b] = !fp8 ? 1e-4f
+                                : f == QuantStateFormat::kFp8Ue3m5 ? 0.01f / 31.5f
+                                                                  : 0.01f / 496.0f;
     }
   }
   TensorView flat(const DeviceBuffer &b, DType t, int64_t count) const {
@@ -119,7 +121,7 @@ struct QuantData {
   }
   // The maps' views: 256 floats, or empty in the FP8 format.
   TensorView map(const std::array<float, 256> &q) const {
-    return TensorView::of(q.data(), {format == QuantStateFormat::kFp8 ? 0 : 256});
+    return TensorView::of(q.data(), {fusekit::is_fp8_state(format) ? 0 : 256});
   }
   fusekit::Status plan(const fusekit::ApplyAdamWQuantOptions &o,
                        fusekit::ApplyAdamWQuant *out) const {
@@ -419,6 +421,10 @@ BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_fp8, DType::kFloat32, nullptr, Qua
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, bfloat16_fp8, DType::kBFloat16, nullptr,
                   QuantStateFormat::kFp8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ApplyAdamWQuant, float32_fp8_ue3m5, DType::kFloat32, nullptr,
+                  QuantStateFormat::kFp8Ue3m5)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_ApplyAdamWQuantFormats)

@@ -29,6 +29,8 @@ OPTIMIZERS = {
     # DeepSpeed hands the optimizer one flat partition per rank: 8-bit whatever min_8bit_size says
     "fusekit8bit": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01),
     "fusekit_fp8": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01, state_format="fp8"),
+    "fusekit_fp8_ue3m5": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01,
+                                                 state_format="fp8_ue3m5"),
 }
 
 

@@ -8,8 +8,9 @@ fully_shard-ed MLP on gloo ranks stepped by fusekit.torch.AdamW or AdamW8bit (DT
     fsdp2_dcp.py OPT reload 0 CKPT OUT      dcp.load (at any world size); the full optimizer state
                                             loaded, or the refusal's message, to OUT
 
-OPT: adamw | adamw8bit | adamw8bit_fp8 (min_8bit_size 256: the weights' and the 300-bias's state
-8-bit, the other biases' float32; adamw8bit_fp8: state_format="fp8").
+OPT: adamw | adamw8bit | adamw8bit_fp8 | adamw8bit_fp8_ue3m5 (min_8bit_size 256: the weights' and
+the 300-bias's state 8-bit, the other biases' float32; adamw8bit_fp8: state_format="fp8",
+adamw8bit_fp8_ue3m5: "fp8_ue3m5").
 """
 import sys
 
@@ -63,7 +64,9 @@ def main():
         opt = ft.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     else:
         opt = ft.AdamW8bit(model.parameters(), lr=1e-2, weight_decay=0.01, min_8bit_size=256,
-                           state_format="fp8" if which == "adamw8bit_fp8" else "dynamic_map")
+                           state_format={"adamw8bit_fp8": "fp8",
+                                         "adamw8bit_fp8_ue3m5": "fp8_ue3m5"}.get(which,
+                                                                                 "dynamic_map"))
     first = 0
     if mode in ("resume", "reload"):
         msd, osd = get_state_dict(model, opt)

@@ -28,6 +28,8 @@ OPTIMIZERS = {
     "fusekit8bit": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01, min_8bit_size=1024),
     "fusekit_fp8": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01, min_8bit_size=1024,
                                            state_format="fp8"),
+    "fusekit_fp8_ue3m5": lambda ps: ft.AdamW8bit(ps, lr=3e-3, weight_decay=0.01,
+                                                 min_8bit_size=1024, state_format="fp8_ue3m5"),
 }
 
 

@@ -33,3 +33,6 @@ def test_deepspeed_zero_offload_client_optimizers(tmp_path, stage):
     assert runs["fusekit8bit"]["state_dtype"] == "torch.uint8"
     assert runs["fusekit_fp8"]["state_dtype"] == "torch.uint8"
     assert runs["fusekit_fp8"]["state_keys"] == ["scale1", "scale2", "state1", "state2", "step"]
+    assert runs["fusekit_fp8_ue3m5"]["state_dtype"] == "torch.uint8"
+    assert runs["fusekit_fp8_ue3m5"]["state_keys"] == ["scale1", "scale2_ue3m5", "state1",
+                                                       "state2", "step"]

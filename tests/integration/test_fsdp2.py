@@ -29,7 +29,7 @@ def test_fsdp2_optimizers_match_torch_adamw(tmp_path, dtype, offload):
     theirs = runs["torch"]
     lt = theirs["losses"]
     assert lt[-1] < 0.8 * lt[0], lt  # the yardstick learns
-    for which in ("fusekit", "fusekit8bit", "fusekit_fp8"):
+    for which in ("fusekit", "fusekit8bit", "fusekit_fp8", "fusekit_fp8_ue3m5"):
         ours = runs[which]
         lo = ours["losses"]
         for a, b in zip(lo, lt):
@@ -44,12 +44,15 @@ def test_fsdp2_optimizers_match_torch_adamw(tmp_path, dtype, offload):
     assert runs["fusekit_fp8"]["state_8bit"] == 2
     assert "qmap1" in runs["fusekit8bit"]["state_keys"]
     assert runs["fusekit_fp8"]["state_keys"] == ["scale1", "scale2", "state1", "state2", "step"]
+    assert runs["fusekit_fp8_ue3m5"]["state_8bit"] == 2
+    assert runs["fusekit_fp8_ue3m5"]["state_keys"] == ["scale1", "scale2_ue3m5", "state1",
+                                                       "state2", "step"]
     if dtype == "float32":  # torch keeps bfloat16 moments for bfloat16 parameters: not comparable
         for name, w in runs["fusekit"]["params"].items():
             torch.testing.assert_close(w, theirs["params"][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("opt", ["adamw", "adamw8bit", "adamw8bit_fp8"])
+@pytest.mark.parametrize("opt", ["adamw", "adamw8bit", "adamw8bit_fp8", "adamw8bit_fp8_ue3m5"])
 def test_dcp_save_restart_resume_is_bitwise_the_uninterrupted_run(tmp_path, opt):
     """12 steps straight, against 7 steps, torch.distributed.checkpoint save (the optimizer's
     DTensor state: every rank's shard), new processes, load, 5 more steps: the same bits."""
@@ -73,5 +76,5 @@ def test_dcp_save_restart_resume_is_bitwise_the_uninterrupted_run(tmp_path, opt)
             for key, t in st.items():
                 assert torch.equal(got["state"][i][key], t), (i, key)
     else:
-        key = "scale1" if opt == "adamw8bit_fp8" else "absmax1"
+        key = "absmax1" if opt == "adamw8bit" else "scale1"
         assert "refused" in got and key in got["refused"], got

@@ -621,7 +621,8 @@ def test_sparse_dynamic_map_guard_is_the_goldens(guard):
 
 
 # ---- DTensor (FSDP2) ----------------------------------------------------------------------------
-def test_dtensor_fp8_steps_as_the_plain_tensor(one_rank_group):
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ue3m5"])
+def test_dtensor_fp8_steps_as_the_plain_tensor(one_rank_group, fmt):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
     mesh = init_device_mesh("cpu", (1,))
@@ -629,7 +630,7 @@ def test_dtensor_fp8_steps_as_the_plain_tensor(one_rank_group):
     full = tensor(rng(11).uniform(-1, 1, n), torch.bfloat16)
     p = nn.Parameter(distribute_tensor(full.clone(), mesh, [Shard(0)]))
     q = nn.Parameter(full.clone())
-    o, t = (ft.AdamW8bit([x], **HP, state_format="fp8") for x in (p, q))
+    o, t = (ft.AdamW8bit([x], **HP, state_format=fmt) for x in (p, q))
     g = rng(12)
     for _ in range(3):
         gr = tensor(g.normal(0, 0.05, n), torch.bfloat16)
@@ -642,13 +643,14 @@ def test_dtensor_fp8_steps_as_the_plain_tensor(one_rank_group):
     for key in ("state1", "state2"):
         assert isinstance(s[key], DTensor) and s[key].placements == p.placements
         assert_bits(s[key].to_local(), storage(r[key]), key)
-    for key in ("scale1", "scale2"):
+    scales = ("scale1", V_FORMAT[fmt][1])
+    for key in scales:
         assert isinstance(s[key], DTensor) and tuple(s[key].shape) == (1, fusekit.quant_blocks(n))
         assert_bits(s[key].to_local(), storage(r[key]), key)
     p2 = nn.Parameter(distribute_tensor(full.clone(), mesh, [Shard(0)]))
-    o2 = ft.AdamW8bit([p2], **HP, state_format="fp8")
+    o2 = ft.AdamW8bit([p2], **HP, state_format=fmt)
     o2.load_state_dict(o.state_dict())
-    for key in ("state1", "state2", "scale1", "scale2"):
+    for key in ("state1", "state2") + scales:
         assert_bits(o2.state[p2][key].to_local(), storage(s[key].to_local()), key)
 
 

@@ -127,6 +127,9 @@ def bench_offload(rec: Recorder, cfg: Config) -> None:
                           (p,)))
             peers.append(("fusekit.torch.AdamW8bit (fp8)",
                           lambda ps: AdamW8bit(ps, state_format="fp8", **hp), bytes_8, (p,)))
+            peers.append(("fusekit.torch.AdamW8bit (fp8_ue3m5)",
+                          lambda ps: AdamW8bit(ps, state_format="fp8_ue3m5", **hp), bytes_8,
+                          (p,)))
         else:
             rec.skip(sec, case, "fusekit.torch.AdamW8bit", why_8)
         ao_label = "torchao AdamWFp8 (CPU, compiled)"
@@ -196,5 +199,11 @@ def bench_offload(rec: Recorder, cfg: Config) -> None:
         rec.compare(fp8, res.get("torch.optim.AdamW(fused)"))
         rec.compare(fp8, base)
         rec.compare(fp8, res.get(ao_label))
+        ue3m5 = res.get("fusekit.torch.AdamW8bit (fp8_ue3m5)")  # the dense layers' finer v
+        rec.compare(ue3m5, res.get("DeepSpeedCPUAdam"), min_speedup=1.0,
+                    target="no slower (FP8 UE3M5 vs float32)")
+        rec.compare(ue3m5, res.get("fusekit.torch.AdamW8bit"), min_speedup=1.6,
+                    target=">= 1.6x (FP8 UE3M5 vs dynamic map)")
+        rec.compare(ue3m5, fp8)
         del p, fk, peers, res
         _free()
