@@ -54,6 +54,12 @@ def uses() -> None:
     assert_type(eight, fusekit.torch.AdamW8bit)
     eight.step()
     assert "scale1" in eight.state[model.weight]
+    dense_formats: tuple[str, ...] = fusekit.STATE_FORMATS
+    row_formats: tuple[str, ...] = fusekit.SPARSE_STATE_FORMATS
+    assert "fp8_ue3m5" in dense_formats and "fp8_ue3m5" not in row_formats
+    finer = fusekit.torch.AdamW8bit(model.parameters(), min_8bit_size=1, state_format="fp8_ue3m5")
+    finer.step()
+    assert "scale2_ue3m5" in finer.state[model.weight]
     table = nn.Embedding(16, 4, sparse=True)
     sparse = fusekit.torch.SparseAdam(table.parameters(), lr=1e-2)
     assert_type(sparse, fusekit.torch.SparseAdam)
