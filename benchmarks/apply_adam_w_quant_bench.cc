@@ -111,9 +111,9 @@ struct QuantData {
     }
     for (int64_t b = 0; b < n / 256; ++b) {
       absmax_m.as<float>()[b] = fp8 ? 0.01f / 448.0f : 0.01f;
-      absmax_v.as<float>()[b] = !fp8 ? 1e-4f
+      absmax_v.as<float>()[b] = !fp8                               ? 1e-4f
                                 : f == QuantStateFormat::kFp8Ue3m5 ? 0.01f / 31.5f
-                                                                  : 0.01f / 496.0f;
+                                                                   : 0.01f / 496.0f;
     }
   }
   TensorView flat(const DeviceBuffer &b, DType t, int64_t count) const {
