@@ -17,12 +17,11 @@ namespace {
 
 constexpr int64_t kBlock = 256;
 
-// FV non-null: an FP8 state format (docs/fp8_state.md): m as E4M3 and sqrt(v) as *FV (UE4M4 or
-// UE3M5), decoded as value * scale; the buffers keep m and sqrt(v), coded with the block's scale.
-// Null: the dynamic maps.
-template <typename T, const Fp8Format *FV>
+// kFp8: an FP8 state format (docs/fp8_state.md): m as E4M3 and sqrt(v) as FV (UE4M4 or UE3M5),
+// decoded as value * scale; the buffers keep m and sqrt(v), coded with the block's scale. Else the
+// dynamic maps (FV unused).
+template <typename T, bool kFp8, const Fp8Format &FV = kUE4M4>
 int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  constexpr bool kFp8 = FV != nullptr;
   auto *var = static_cast<T *>(a.var);
   const auto *grad = static_cast<const T *>(a.grad);
   int64_t skipped = 0;
@@ -39,7 +38,7 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
       float m, v;
       if constexpr (kFp8) {
         m = fp8_value<kE4M3>(a.m[i]) * scale_m;
-        const float s = fp8_value<*FV>(a.v[i]) * scale_v;
+        const float s = fp8_value<FV>(a.v[i]) * scale_v;
         v = s * s;
       } else {
         m = a.map_m.q[a.m[i]] * scale_m;
@@ -64,12 +63,12 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
     max_v = max_v + 0.0f;
     if constexpr (kFp8) {
       const Fp8BlockScale sm = fp8_block_scale<kE4M3>(max_m);
-      const Fp8BlockScale sv = fp8_block_scale<*FV>(max_v);
+      const Fp8BlockScale sv = fp8_block_scale<FV>(max_v);
       *absmax_m = sm.scale;
       *absmax_v = sv.scale;
       for (int64_t j = 0; j < len; ++j) {
         a.m[lo + j] = fp8_block_code<kE4M3>(m_new[j], sm);
-        a.v[lo + j] = fp8_block_code<*FV>(v_new[j], sv);
+        a.v[lo + j] = fp8_block_code<FV>(v_new[j], sv);
       }
       continue;
     }
@@ -88,19 +87,18 @@ int64_t quant_blocks(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
 }  // namespace
 
 int64_t adam_w_quant_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
-  return with_float_type(a.dtype,
-                         [&]<class T>() { return quant_blocks<T, nullptr>(a, begin, end); });
+  return with_float_type(a.dtype, [&]<class T>() { return quant_blocks<T, false>(a, begin, end); });
 }
 
 int64_t adam_w_quant_fp8_blocks_reference(const AdamWQuantArgs &a, int64_t begin, int64_t end) {
   return with_float_type(a.dtype,
-                         [&]<class T>() { return quant_blocks<T, &kUE4M4>(a, begin, end); });
+                         [&]<class T>() { return quant_blocks<T, true, kUE4M4>(a, begin, end); });
 }
 
 int64_t adam_w_quant_fp8_ue3m5_blocks_reference(const AdamWQuantArgs &a, int64_t begin,
                                                 int64_t end) {
   return with_float_type(a.dtype,
-                         [&]<class T>() { return quant_blocks<T, &kUE3M5>(a, begin, end); });
+                         [&]<class T>() { return quant_blocks<T, true, kUE3M5>(a, begin, end); });
 }
 
 }  // namespace fusekit
