@@ -78,7 +78,7 @@ def write_summary(out, op, ok, gate, stats, results):
     outputs = " ".join(f"{n}:{'pass' if p else 'FAIL'}" for n, p, _ in results) or "-"
     # time and rate: the median of the runner's steady calls; first: its first (checked) call
     gate = "bitwise" if gate == "bitwise" else "bound"  # (the column's width; printed whole above)
-    line = (f"{op:<24} {'PASS' if ok else 'FAIL':<5} {gate:<8} {stats.get('shape', '-'):<36} "
+    line = (f"{op:<28} {'PASS' if ok else 'FAIL':<5} {gate:<8} {stats.get('shape', '-'):<36} "
             f"{stats.get('time_ms', '-'):>10} ms {stats.get('rate', '-'):>18} "
             f"{stats.get('first_call_ms', '-'):>10} ms  {outputs}")
     with open(os.path.join(out, "summary.txt"), "w") as f:

@@ -50,7 +50,7 @@ echo "=== fusekit summary ($(date -u +%Y-%m-%d), $(nproc) threads, $(lscpu | sed
 echo "(time, rate: median of the steady calls after a warm-up; first call: the checked one, cold;"
 echo " gate: bitwise = every output element bit for bit and every code exact, as the operator's doc"
 echo " promises; bound = the tolerance its doc states: golden/<op>.py GATE)"
-printf '%-24s %-5s %-8s %-36s %13s %18s %13s  %s\n' \
+printf '%-28s %-5s %-8s %-36s %13s %18s %13s  %s\n' \
   operator check gate shape time rate "first call" outputs
 for out in "${outs[@]}"; do cat "$out/summary.txt"; done
 echo "[main.sh] total: $(($(date +%s) - t0)) s"
