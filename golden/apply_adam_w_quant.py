@@ -306,8 +306,8 @@ def generate_fp8(out_dir, size, seed):
     for name, a in ins.items():
         write_bin(f"{out_dir}/input/{name}.bin", a)
     gvar, gm, gv, gsm, gsv, skipped = apply_adam_w_quant_fp8(
-        var, grad, m, v, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm, dtype=dtype, grad_dtype=dtype,
-        v_format=v_format)
+        var, grad, m, v, sm, sv, step, lr, beta1, beta2, wd, eps, gnorm, dtype=dtype,
+        grad_dtype=dtype, v_format=v_format)
     for name, a in {"var": gvar, "m": gm, "v": gv, "absmax_m": gsm, "absmax_v": gsv}.items():
         write_bin(f"{out_dir}/golden/{name}.bin", a)
     write_params(f"{out_dir}/params.txt", dict(rows=shape[0], cols=shape[1], dtype=dtype,

@@ -22,8 +22,9 @@ Also E5M2 (float8_e5m2: 1 sign, 5 exponent bits with bias 15, 2 mantissa bits, l
 57344, saturating there; codes 0x7c / 0xfc are +-Inf, 0x7d..0x7f / 0xfd..0xff NaN), for the
 format study only (tools/fp8_v_format_study.py): fusekit does not store it. And UE3M5 (unsigned,
 3 exponent bits with bias 3, 5 mantissa bits, every code finite, largest 31.5): one more mantissa
-bit for sqrt(v) than UE4M4, a 2^12 range instead of 2^19; the state format fp8_ue3m5 (ApplyAdamWQuant
-only) is the same step with sqrt(v) as UE3M5 (apply_adam_w_quant_fp8's v_format="ue3m5")."""
+bit for sqrt(v) than UE4M4, a 2^12 range instead of 2^19; the state format fp8_ue3m5
+(ApplyAdamWQuant only) is the same step with sqrt(v) as UE3M5 (apply_adam_w_quant_fp8's
+v_format="ue3m5")."""
 import numpy as np
 
 from golden.apply_adam_w_quant import narrow, powf, widen

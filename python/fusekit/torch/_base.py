@@ -19,8 +19,8 @@ One language for all six optimizers (docs/torch_contract.md):
 - ``hugepages`` (a public attribute), ``last_stats`` (one entry per parameter stepped by the last
   ``step()``, in the order of the groups);
 - the 8-bit optimizers' ``state_format`` ("dynamic_map", "fp8" or, dense ones only, "fp8_ue3m5")
-  and ``guard_lost_v`` (a bool, True with the fp8 formats): hyperparameters of every group with the same rule
-  (``check_state_options``, ``QuantStateOptimizer``).
+  and ``guard_lost_v`` (a bool, True with the fp8 formats): hyperparameters of every group with
+  the same rule (``check_state_options``, ``QuantStateOptimizer``).
 
 ``copy.deepcopy`` and pickle keep the constructor's options (``_OPTIONS``) besides torch's
 ``defaults``, ``state`` and ``param_groups``, and give an optimizer that steps exactly as the
