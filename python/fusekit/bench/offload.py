@@ -3,8 +3,9 @@ ZeRO-Offload) on 64M and 512M float32 parameters: fusekit.torch.AdamW and AdamW8
 torch.optim.AdamW (fused, foreach) and DeepSpeedCPUAdam, on plain tensors and one-rank DTensors,
 with GB/s against a streaming yardstick measured in the same run (the section's ceiling).
 
-AdamW8bit runs in both state formats (docs/fp8_state.md): "dynamic_map" (its default, with the
-lost-v guard) and "fp8", beside torchao's AdamWFp8 on the CPU where it runs (issue #33's peers)."""
+AdamW8bit runs in each state format (docs/fp8_state.md): "dynamic_map" (its default, with the
+lost-v guard), "fp8" and "fp8_ue3m5", beside torchao's AdamWFp8 on the CPU where it runs (issue
+#33's peers)."""
 from __future__ import annotations
 
 import os
@@ -122,7 +123,7 @@ def bench_offload(rec: Recorder, cfg: Config) -> None:
         else:
             rec.skip(sec, case, "DeepSpeedCPUAdam", f"deepspeed not usable here ({why_ds}); run "
                      "in the environment of requirements/deepspeed.txt")
-        if AdamW8bit is not None:  # both state formats; then torchao's FP8 AdamW on the CPU
+        if AdamW8bit is not None:  # each state format; then torchao's FP8 AdamW on the CPU
             peers.append(("fusekit.torch.AdamW8bit", lambda ps: AdamW8bit(ps, **hp), bytes_8,
                           (p,)))
             peers.append(("fusekit.torch.AdamW8bit (fp8)",

@@ -366,7 +366,7 @@ def state_format_of(state: Dict[str, Any]) -> Optional[str]:
 
 
 class QuantStateOptimizer(FusekitOptimizer):
-    """What the 8-bit optimizers share: the two state formats (``state_format`` and
+    """What the 8-bit optimizers share: the state formats (``state_format`` and
     ``guard_lost_v``, hyperparameters of every group: ``check_state_options``), the dynamic maps
     (one tensor per bit pattern, shared by every dynamic-map state, again after copy, pickle or
     load) and the ``min_8bit_size`` rule.
